@@ -1,0 +1,150 @@
+//! The [`Context`]: one device, one stream, the loaded kernels, device facts.
+
+use crate::module::Kernels;
+use crate::{Error, Result};
+use cudarc::driver::sys::CUdevice_attribute as Attr;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
+use std::sync::Arc;
+
+/// Facts about the device that launch geometry and tuning are chosen from.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    /// Marketing name, e.g. "NVIDIA H100 80GB HBM3".
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub compute_capability: (i32, i32),
+    /// Streaming multiprocessors.
+    pub sm_count: u32,
+    /// L2 cache bytes.
+    pub l2_bytes: usize,
+    /// Shared memory per block with opt-in, bytes.
+    pub max_smem_per_block: usize,
+    /// Device memory bytes.
+    pub total_mem: usize,
+}
+
+/// Status words the kernels report data errors through (first offending
+/// block, `u32::MAX` = none), read back by [`Context::synchronize`].
+pub(crate) const STATUS_NONFINITE: usize = 0;
+pub(crate) const STATUS_SCALE: usize = 1;
+const STATUS_WORDS: usize = 2;
+
+/// Owns a CUDA context and stream, the kbit kernels loaded from the
+/// embedded PTX, and the device facts. Every operation is enqueued on
+/// [`Context::stream`] and returns without waiting for the GPU, except those
+/// documented to synchronize (downloads and [`Context::synchronize`]).
+///
+/// ```no_run
+/// let ctx = kbit::Context::new(0)?;
+/// println!("{} with {} SMs", ctx.info().name, ctx.info().sm_count);
+/// # Ok::<(), kbit::Error>(())
+/// ```
+pub struct Context {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    pub(crate) kernels: Kernels,
+    status: CudaSlice<u32>,
+    info: DeviceInfo,
+}
+
+impl Context {
+    /// Opens device `ordinal` with a new stream and loads the kernels.
+    ///
+    /// # Errors
+    /// [`Error::NoDevice`] when the CUDA driver library is not installed or
+    /// the device does not exist; driver errors otherwise.
+    pub fn new(ordinal: usize) -> Result<Self> {
+        // cudarc's dynamic loader panics if libcuda is absent: ask first.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(Error::NoDevice("the CUDA driver library (libcuda.so) is not installed".into()));
+        }
+        let count = CudaContext::device_count().map_err(|e| Error::NoDevice(e.to_string()))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(Error::NoDevice(format!("device {ordinal} requested, {count} present")));
+        }
+        let ctx = CudaContext::new(ordinal)?;
+        // Everything kbit does is ordered on one stream; cudarc's per-buffer
+        // event tracking would add event records to every launch and get in
+        // the way of graph capture.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream()?;
+        Self::with_stream(stream)
+    }
+
+    /// Uses an existing stream (e.g. one shared with candle or another
+    /// engine). Work is enqueued on it in call order.
+    pub fn with_stream(stream: Arc<CudaStream>) -> Result<Self> {
+        let ctx = stream.context().clone();
+        let attr = |a| ctx.attribute(a);
+        let info = DeviceInfo {
+            name: ctx.name()?,
+            compute_capability: ctx.compute_capability()?,
+            sm_count: attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+            l2_bytes: attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize,
+            max_smem_per_block: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as usize,
+            total_mem: ctx.total_mem()?,
+        };
+        let kernels = Kernels::load(&ctx)?;
+        let status = stream.clone_htod(&[u32::MAX; STATUS_WORDS])?;
+        Ok(Self { ctx, stream, kernels, status, info })
+    }
+
+    /// The device facts.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// The stream all work is enqueued on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The CUDA context.
+    pub fn cuda(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// Waits for all enqueued work, then reports (and clears) data errors
+    /// that kernels found since the last check: [`Error::NonFinite`] from a
+    /// quantize, [`Error::ScaleRange`] from a repack.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize()?;
+        self.check_status()
+    }
+
+    /// Reads the status words (the stream must be idle) and resets them.
+    fn check_status(&self) -> Result<()> {
+        let s = self.stream.clone_dtoh(&self.status)?;
+        if s.iter().all(|&w| w == u32::MAX) {
+            return Ok(());
+        }
+        // Reset to "no error" (all bytes 0xFF).
+        unsafe {
+            cudarc::driver::result::memset_d8_async(
+                self.status_ptr(0),
+                0xFF,
+                4 * STATUS_WORDS,
+                self.stream.cu_stream(),
+            )?;
+        }
+        self.stream.synchronize()?;
+        let bad = s[STATUS_NONFINITE];
+        if bad != u32::MAX {
+            return Err(Error::NonFinite { block: bad as usize, position: None });
+        }
+        Err(Error::ScaleRange { block: s[STATUS_SCALE] as usize, value: None })
+    }
+
+    pub(crate) fn status_ptr(&self, word: usize) -> u64 {
+        let (p, _) = cudarc::driver::DevicePtr::device_ptr(&self.status, &self.stream);
+        p + 4 * word as u64
+    }
+
+    /// A grid-stride launch of `threads` threads in blocks of 256, capped at
+    /// 32 blocks per SM (8 resident 256-thread blocks × 4 waves), with
+    /// `smem` bytes of dynamic shared memory.
+    pub(crate) fn grid_stride(&self, threads: u64, smem: u32) -> LaunchConfig {
+        let blocks = threads.div_ceil(256).clamp(1, self.info.sm_count as u64 * 32) as u32;
+        LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: smem }
+    }
+}

@@ -1,0 +1,82 @@
+//! Dequantize either layout to a dense `[N, K]` matrix of f16/bf16/f32.
+//!
+//! Thread mapping: each thread writes 8 consecutive outputs, a quarter of
+//! one quant block, so a warp's 16- or 32-byte stores cover 512 or 1024
+//! contiguous bytes. The four threads of a block read the same plane words
+//! (one L1 line); byte `q` of each plane holds the index bits of elements
+//! `8q .. 8q+7`.
+
+use crate::elem::Elem;
+use crate::ptx;
+use crate::tile_io::{codebook_at, load_planes, stage_codebook};
+use core::num::NonZeroU64;
+use kbit_format::{e4m4, planes, quant, tile};
+
+/// Where a quant block's planes and scale live.
+pub trait Layout {
+    /// Scale storage: f32 (flat) or an E4M4 byte (runtime).
+    type Scale: Copy;
+    /// Word offset of the block's plane 0 and its decoded scale.
+    ///
+    /// # Safety
+    /// `(n, kb)` is inside the matrix the pointers describe.
+    unsafe fn block(scales: *const Self::Scale, n_dim: u64, kblocks: u64, n: u64, kb: u64, bits: u64) -> (u64, f32);
+}
+
+/// The flat interchange layout: block `b` at words `b·k`, f32 absmax `b`.
+pub struct Flat;
+/// The runtime tiled layout (`kbit_format::tile`).
+pub struct Tiled;
+
+impl Layout for Flat {
+    type Scale = f32;
+    #[inline(always)]
+    unsafe fn block(scales: *const f32, _n_dim: u64, kblocks: u64, n: u64, kb: u64, bits: u64) -> (u64, f32) {
+        let b = n * kblocks + kb;
+        (b * bits, unsafe { *scales.add(b as usize) })
+    }
+}
+
+impl Layout for Tiled {
+    type Scale = u8;
+    #[inline(always)]
+    unsafe fn block(scales: *const u8, n_dim: u64, _kblocks: u64, n: u64, kb: u64, bits: u64) -> (u64, f32) {
+        let s = unsafe { ptx::ld_nc_u8(scales.add(tile::scale_index(n_dim, n, kb) as usize)) };
+        (tile::word_index(n_dim, n, kb, bits), e4m4::decode(s))
+    }
+}
+
+/// Body of the `kbit_dequant_{flat,tiled}_k{K}_{T}` kernels.
+///
+/// # Safety
+/// `packed`/`scales` describe an `[n_dim, k_dim]` matrix in layout `L`,
+/// `cb` holds `2^K` floats, `out` has room for `n_dim·k_dim` elements and is
+/// 16-byte aligned; the launch has ≥ 128 bytes of dynamic shared memory.
+#[inline(always)]
+pub unsafe fn run<const K: usize, L: Layout, T: Elem>(
+    packed: *const u32,
+    scales: *const L::Scale,
+    cb: *const f32,
+    out: *mut T::Raw,
+    n_dim: u32,
+    k_dim: u32,
+) {
+    let book = unsafe { stage_codebook::<K>(cb) };
+    // Non-zero by construction (the host rejects K < 32), typed so that the
+    // divisions below carry no division-by-zero panic path.
+    let Some(kblocks) = NonZeroU64::new((k_dim / 32) as u64) else { return };
+    let total = n_dim as u64 * kblocks.get() * 4;
+    let mut t = ptx::global_tid();
+    while t < total {
+        let b = t / 4;
+        let q = (t % 4) as u32;
+        let n = b / kblocks;
+        let kb = b % kblocks;
+        let (word, amax) = unsafe { L::block(scales, n_dim as u64, kblocks.get(), n, kb, K as u64) };
+        let w = unsafe { load_planes::<K>(packed.add(word as usize)) };
+        let idx = planes::octet::<K>(&w, q);
+        let v = idx.map(|i| quant::dequant(unsafe { codebook_at(book, i) }, amax));
+        unsafe { T::store8(out.add((t * 8) as usize), v) };
+        t += ptx::grid_threads();
+    }
+}

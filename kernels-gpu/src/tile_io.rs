@@ -1,0 +1,62 @@
+//! Tile primitives shared by the kernels: loading a block's bit planes and
+//! staging the codebook in shared memory.
+
+use crate::ptx;
+
+/// Loads the `K` plane words of one quant block, as wide as alignment allows:
+/// a block's planes start at a multiple of `K` words in both layouts, so
+/// k = 2 is 8-aligned and k = 4 is 16-aligned.
+///
+/// # Safety
+/// `p` points at `K` readable words, aligned to `4·K` bytes for K = 2, 4.
+#[inline(always)]
+pub unsafe fn load_planes<const K: usize>(p: *const u32) -> [u32; K] {
+    let mut w = [0u32; K];
+    unsafe {
+        match K {
+            2 => {
+                let v = ptx::ld_nc_v2(p);
+                w[0] = v[0];
+                w[1] = v[1];
+            }
+            4 => {
+                let v = ptx::ld_nc_v4(p);
+                w[0] = v[0];
+                w[1] = v[1];
+                w[2] = v[2];
+                w[3] = v[3];
+            }
+            _ => {
+                for (j, wj) in w.iter_mut().enumerate() {
+                    *wj = ptx::ld_nc_u32(p.add(j));
+                }
+            }
+        }
+    }
+    w
+}
+
+/// Copies the `2^K`-entry codebook to the start of dynamic shared memory and
+/// returns its shared address. Ends with a block barrier.
+///
+/// # Safety
+/// `cb` holds `2^K` floats; the launch has ≥ 128 bytes of dynamic shared memory.
+#[inline(always)]
+pub unsafe fn stage_codebook<const K: usize>(cb: *const f32) -> u32 {
+    let base = ptx::smem_base();
+    let t = ptx::tid();
+    if (t as usize) < (1 << K) {
+        unsafe { ptx::st_shared_f32(base + 4 * t, *cb.add(t as usize)) };
+    }
+    ptx::bar_sync();
+    base
+}
+
+/// Codebook entry `idx` from a table staged by [`stage_codebook`].
+///
+/// # Safety
+/// `idx < 2^K` of the staged table.
+#[inline(always)]
+pub unsafe fn codebook_at(base: u32, idx: u32) -> f32 {
+    unsafe { ptx::ld_shared_f32(base + 4 * idx) }
+}
