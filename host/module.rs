@@ -41,6 +41,10 @@ pub mod names {
     pub fn selftest_mma(dtype: Dtype) -> String {
         format!("kbit_selftest_mma_{}", dtype.name())
     }
+    /// `kbit_moe_gather_b16` / `kbit_moe_scatter_b16`.
+    pub fn moe_rows(scatter: bool) -> String {
+        format!("kbit_moe_{}_b16", if scatter { "scatter" } else { "gather" })
+    }
     /// Every entry point the host expects in the PTX.
     pub fn all() -> Vec<String> {
         let mut v = Vec::new();
@@ -52,6 +56,8 @@ pub mod names {
                 v.push(dequant(true, bits, d));
             }
         }
+        v.push(moe_rows(false));
+        v.push(moe_rows(true));
         v.push(selftest_mma(Dtype::F16));
         v.push(selftest_mma(Dtype::Bf16));
         v
@@ -65,6 +71,8 @@ pub(crate) struct Kernels {
     repack: Vec<CudaFunction>,
     dequant: Vec<CudaFunction>,
     pub selftest_mma: [CudaFunction; 2],
+    /// Expert row gather (0) and scatter (1) for the batched cuBLAS MoE path.
+    pub moe_rows: [CudaFunction; 2],
 }
 
 fn bits_slot(bits: u32) -> usize {
@@ -90,7 +98,8 @@ impl Kernels {
             }
         }
         let selftest_mma = [get(names::selftest_mma(Dtype::F16))?, get(names::selftest_mma(Dtype::Bf16))?];
-        Ok(Self { _module: module, quantize, repack, dequant, selftest_mma })
+        let moe_rows = [get(names::moe_rows(false))?, get(names::moe_rows(true))?];
+        Ok(Self { _module: module, quantize, repack, dequant, selftest_mma, moe_rows })
     }
 
     pub fn quantize(&self, bits: u32, dtype: Dtype) -> &CudaFunction {

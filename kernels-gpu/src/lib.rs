@@ -16,6 +16,7 @@
 
 pub mod dequant;
 pub mod elem;
+pub mod moe_rows;
 pub mod ptx;
 pub mod quantize;
 pub mod repack;
@@ -99,4 +100,31 @@ pub unsafe extern "ptx-kernel" fn kbit_selftest_mma_f16(a: *const u16, w: *const
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn kbit_selftest_mma_bf16(a: *const u16, w: *const u16, c: *mut f32) {
     unsafe { selftest::run(a, w, c, true) }
+}
+
+/// `xp[E, max_m, C] ← x[total_rows, C]` by expert offsets (16-bit elements).
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn kbit_moe_gather_b16(
+    x: *const u16,
+    offsets: *const u32,
+    xp: *mut u16,
+    status: *mut u32,
+    experts: u32,
+    max_m: u32,
+    cols: u32,
+) {
+    unsafe { moe_rows::gather(x, offsets, xp, status, experts, max_m, cols) }
+}
+
+/// `y[total_rows, C] ← yp[E, max_m, C]` by expert offsets (16-bit elements).
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn kbit_moe_scatter_b16(
+    yp: *const u16,
+    offsets: *const u32,
+    y: *mut u16,
+    experts: u32,
+    max_m: u32,
+    cols: u32,
+) {
+    unsafe { moe_rows::scatter(yp, offsets, y, experts, max_m, cols) }
 }
