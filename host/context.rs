@@ -19,6 +19,8 @@ pub struct DeviceInfo {
     pub l2_bytes: usize,
     /// Shared memory per block with opt-in, bytes.
     pub max_smem_per_block: usize,
+    /// Shared memory per SM, bytes (how many blocks of a size fit at once).
+    pub max_smem_per_sm: usize,
     /// Device memory bytes.
     pub total_mem: usize,
 }
@@ -27,7 +29,8 @@ pub struct DeviceInfo {
 /// block, `u32::MAX` = none), read back by [`Context::synchronize`].
 pub(crate) const STATUS_NONFINITE: usize = 0;
 pub(crate) const STATUS_SCALE: usize = 1;
-const STATUS_WORDS: usize = 2;
+pub(crate) const STATUS_EXPERT_ROWS: usize = 2;
+const STATUS_WORDS: usize = 3;
 
 /// Owns a CUDA context and stream, the kbit kernels loaded from the
 /// embedded PTX, and the device facts. Every operation is enqueued on
@@ -45,6 +48,9 @@ pub struct Context {
     pub(crate) kernels: Kernels,
     status: CudaSlice<u32>,
     info: DeviceInfo,
+    pub(crate) linear: crate::linear::LinearState,
+    /// Tensor-core GEMM launch table and split-K workspace (host/mma.rs).
+    pub(crate) mma: crate::mma::MmaState,
 }
 
 impl Context {
@@ -82,11 +88,13 @@ impl Context {
             sm_count: attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
             l2_bytes: attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize,
             max_smem_per_block: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as usize,
+            max_smem_per_sm: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)? as usize,
             total_mem: ctx.total_mem()?,
         };
         let kernels = Kernels::load(&ctx)?;
         let status = stream.clone_htod(&[u32::MAX; STATUS_WORDS])?;
-        Ok(Self { ctx, stream, kernels, status, info })
+        let mma = crate::mma::MmaState::new(&stream, &kernels, &info)?;
+        Ok(Self { ctx, stream, kernels, status, info, linear: Default::default(), mma })
     }
 
     /// The device facts.
@@ -106,7 +114,8 @@ impl Context {
 
     /// Waits for all enqueued work, then reports (and clears) data errors
     /// that kernels found since the last check: [`Error::NonFinite`] from a
-    /// quantize, [`Error::ScaleRange`] from a repack.
+    /// quantize, [`Error::ScaleRange`] from a repack, [`Error::ExpertRows`]
+    /// from an `expert_linear` whose `max_m` was too small.
     pub fn synchronize(&self) -> Result<()> {
         self.stream.synchronize()?;
         self.check_status()
@@ -132,7 +141,11 @@ impl Context {
         if bad != u32::MAX {
             return Err(Error::NonFinite { block: bad as usize, position: None });
         }
-        Err(Error::ScaleRange { block: s[STATUS_SCALE] as usize, value: None })
+        let bad = s[STATUS_SCALE];
+        if bad != u32::MAX {
+            return Err(Error::ScaleRange { block: bad as usize, value: None });
+        }
+        Err(Error::ExpertRows { expert: s[STATUS_EXPERT_ROWS] as usize })
     }
 
     pub(crate) fn status_ptr(&self, word: usize) -> u64 {

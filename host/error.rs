@@ -1,5 +1,6 @@
 //! The one error type of the public API.
 
+use crate::Kernel;
 use cudarc::cublas::result::CublasError;
 use cudarc::driver::DriverError;
 
@@ -78,6 +79,49 @@ pub enum Error {
         what: &'static str,
         /// Required alignment in bytes.
         align: usize,
+    },
+    /// M (rows of the activations) is zero or beyond what the call supports.
+    #[error("M (rows of the activations) must be in 1..={max}, got {m}")]
+    Rows {
+        /// M passed.
+        m: usize,
+        /// Largest M the call supports.
+        max: usize,
+    },
+    /// A kernel that cannot serve the call: not in this build, not for this
+    /// M, shape or layer kind (when forced with `Context::force_kernel`), or
+    /// a setup step that a graph capture does not allow.
+    #[error("kernel {kernel} not applicable: {why}")]
+    NotApplicable {
+        /// The kernel asked for.
+        kernel: Kernel,
+        /// Why it cannot run.
+        why: String,
+    },
+    /// A split-K request or launch geometry that cannot be planned.
+    #[error("split-K: {what} = {value}: {reason}")]
+    SplitK {
+        /// The argument.
+        what: &'static str,
+        /// Its value.
+        value: usize,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// A kernel configuration whose shared memory does not fit the device.
+    #[error("{kernel} does not fit this device's shared memory ({available} bytes per block)")]
+    SharedMemory {
+        /// The kernel.
+        kernel: String,
+        /// Shared memory per block the device offers.
+        available: usize,
+    },
+    /// An expert had more rows than the `max_m` passed to `expert_linear`
+    /// (found on the device; its rows past `max_m` were not computed).
+    #[error("expert {expert} has more rows than the max_m given to expert_linear")]
+    ExpertRows {
+        /// The first such expert.
+        expert: usize,
     },
     /// No usable CUDA device or driver.
     #[error("no CUDA device available: {0}")]

@@ -46,9 +46,15 @@ mod context;
 mod device;
 mod dtype;
 mod error;
+mod experts;
+mod gemv;
+mod linear;
+mod mma;
 pub mod module;
+mod moe;
 mod ops;
 pub mod reference;
+pub mod splitk;
 mod weight;
 
 pub use codebook::Codebook;
@@ -56,6 +62,11 @@ pub use context::{Context, DeviceInfo};
 pub use device::{DeviceFlatWeight, KbitWeight};
 pub use dtype::{Dtype, Element};
 pub use error::{Error, Result};
+pub use experts::KbitExperts;
+pub use gemv::GEMV_MAX_M;
+pub use linear::Kernel;
+pub use mma::{MmaOptions, SPLITK_COUNTERS, SPLITK_WORKSPACE_F32};
+pub use splitk::{Plan, Splits};
 pub use weight::{FlatWeight, ScaleMode, Shape, TiledWeight};
 
 pub use cudarc;

@@ -14,6 +14,23 @@ pub(crate) const BITS: [u32; 4] = [2, 3, 4, 5];
 /// Dtypes, in table order ([`Dtype::slot`]).
 pub(crate) const DTYPES: [Dtype; 3] = [Dtype::F16, Dtype::Bf16, Dtype::F32];
 
+/// m16 blocks per tile of the mma kernels, in table order.
+pub(crate) const MMA_M_BLOCKS: [u32; 4] = [1, 2, 3, 4];
+/// Tile widths (output columns) of the mma kernels, in table order.
+pub(crate) const MMA_TILE_N: [u32; 2] = [64, 128];
+/// Dtypes of the mma kernels, in table order.
+pub(crate) const MMA_DTYPES: [Dtype; 2] = [Dtype::F16, Dtype::Bf16];
+
+/// Position of an mma kernel in [`Kernels`]' table, `None` for an instance
+/// that does not exist (f32, m_blocks outside 1..=4, other tile widths).
+pub(crate) fn mma_slot(bits: u32, m_blocks: u32, tile_n: u32, dtype: Dtype) -> Option<usize> {
+    let b = BITS.iter().position(|&x| x == bits)?;
+    let m = MMA_M_BLOCKS.iter().position(|&x| x == m_blocks)?;
+    let t = MMA_TILE_N.iter().position(|&x| x == tile_n)?;
+    let d = MMA_DTYPES.iter().position(|&x| x == dtype)?;
+    Some(((b * MMA_M_BLOCKS.len() + m) * MMA_TILE_N.len() + t) * MMA_DTYPES.len() + d)
+}
+
 /// Layout of a weight a dequantize kernel reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LayoutKind {
@@ -37,13 +54,54 @@ pub mod names {
     pub fn dequant(tiled: bool, bits: u32, dtype: Dtype) -> String {
         format!("kbit_dequant_{}_k{bits}_{}", if tiled { "tiled" } else { "flat" }, dtype.name())
     }
+    /// `kbit_mma_k{bits}_m{m_blocks}_n{tile_n}_{dtype}` (tensor-core GEMM).
+    pub fn mma(bits: u32, m_blocks: u32, tile_n: u32, dtype: Dtype) -> String {
+        format!("kbit_mma_k{bits}_m{m_blocks}_n{tile_n}_{}", dtype.name())
+    }
+    /// Every mma entry point, in the kernel table's order.
+    pub fn all_mma() -> Vec<String> {
+        let mut v = Vec::new();
+        for bits in super::BITS {
+            for mb in super::MMA_M_BLOCKS {
+                for tn in super::MMA_TILE_N {
+                    for d in super::MMA_DTYPES {
+                        v.push(mma(bits, mb, tn, d));
+                    }
+                }
+            }
+        }
+        v
+    }
     /// `kbit_selftest_mma_{f16|bf16}`.
     pub fn selftest_mma(dtype: Dtype) -> String {
         format!("kbit_selftest_mma_{}", dtype.name())
     }
+    /// `kbit_grouped_dequant_k{bits}_{dtype}` (f16, bf16).
+    pub fn grouped_dequant(bits: u32, dtype: Dtype) -> String {
+        format!("kbit_grouped_dequant_k{bits}_{}", dtype.name())
+    }
     /// `kbit_moe_gather_b16` / `kbit_moe_scatter_b16`.
     pub fn moe_rows(scatter: bool) -> String {
         format!("kbit_moe_{}_b16", if scatter { "scatter" } else { "gather" })
+    }
+    /// `kbit_gemv_m{m}_k{bits}_{dtype}` (scalar GEMV) or
+    /// `kbit_grouped_gemv_m{max_m}_k{bits}_{dtype}` (its MoE form).
+    pub fn gemv(grouped: bool, m: usize, bits: u32, dtype: Dtype) -> String {
+        format!("kbit_{}gemv_m{m}_k{bits}_{}", if grouped { "grouped_" } else { "" }, dtype.name())
+    }
+    /// Every GEMV entry point, in the kernel table's order.
+    pub fn all_gemv() -> Vec<String> {
+        let mut v = Vec::new();
+        for grouped in [false, true] {
+            for m in 1..=crate::gemv::GEMV_MAX_M {
+                for bits in super::BITS {
+                    for d in crate::gemv::GEMV_DTYPES {
+                        v.push(gemv(grouped, m, bits, d));
+                    }
+                }
+            }
+        }
+        v
     }
     /// Every entry point the host expects in the PTX.
     pub fn all() -> Vec<String> {
@@ -56,10 +114,16 @@ pub mod names {
                 v.push(dequant(true, bits, d));
             }
         }
+        for bits in super::BITS {
+            v.push(grouped_dequant(bits, Dtype::F16));
+            v.push(grouped_dequant(bits, Dtype::Bf16));
+        }
         v.push(moe_rows(false));
         v.push(moe_rows(true));
         v.push(selftest_mma(Dtype::F16));
         v.push(selftest_mma(Dtype::Bf16));
+        v.extend(all_mma());
+        v.extend(all_gemv());
         v
     }
 }
@@ -73,6 +137,12 @@ pub(crate) struct Kernels {
     pub selftest_mma: [CudaFunction; 2],
     /// Expert row gather (0) and scatter (1) for the batched cuBLAS MoE path.
     pub moe_rows: [CudaFunction; 2],
+    /// Grouped tiled dequantize, `[bits - 2][f16, bf16]`.
+    pub grouped_dequant: [[CudaFunction; 2]; 4],
+    /// Tensor-core GEMM instances, indexed by [`mma_slot`].
+    pub mma: Vec<CudaFunction>,
+    /// Scalar GEMV instances (dense and grouped).
+    pub gemv: crate::gemv::GemvKernels,
 }
 
 fn bits_slot(bits: u32) -> usize {
@@ -99,7 +169,13 @@ impl Kernels {
         }
         let selftest_mma = [get(names::selftest_mma(Dtype::F16))?, get(names::selftest_mma(Dtype::Bf16))?];
         let moe_rows = [get(names::moe_rows(false))?, get(names::moe_rows(true))?];
-        Ok(Self { _module: module, quantize, repack, dequant, selftest_mma, moe_rows })
+        let gd = |bits| -> Result<[CudaFunction; 2]> {
+            Ok([get(names::grouped_dequant(bits, Dtype::F16))?, get(names::grouped_dequant(bits, Dtype::Bf16))?])
+        };
+        let grouped_dequant = [gd(2)?, gd(3)?, gd(4)?, gd(5)?];
+        let mma = names::all_mma().into_iter().map(get).collect::<Result<Vec<_>>>()?;
+        let gemv = crate::gemv::GemvKernels::load(ctx, &module)?;
+        Ok(Self { _module: module, quantize, repack, dequant, selftest_mma, moe_rows, grouped_dequant, mma, gemv })
     }
 
     pub fn quantize(&self, bits: u32, dtype: Dtype) -> &CudaFunction {

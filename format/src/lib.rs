@@ -22,6 +22,8 @@
 extern crate std;
 
 pub mod e4m4;
+pub mod gemv;
+pub mod mma;
 #[cfg(feature = "std")]
 pub mod nf;
 pub mod planes;

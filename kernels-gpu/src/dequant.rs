@@ -80,3 +80,30 @@ pub unsafe fn run<const K: usize, L: Layout, T: Elem>(
         t += ptx::grid_threads();
     }
 }
+
+/// Body of the `kbit_grouped_dequant_k{K}_{T}` kernels: `blockIdx.y` is the
+/// expert; an expert with no rows (from the device-side `offsets`) is
+/// skipped, so only active experts cost bandwidth. Expert `e` reads its
+/// runtime-layout weight at `e·words` / `e·scales` and writes `out[e, N, K]`.
+///
+/// # Safety
+/// As [`run`] for each expert; `offsets` holds `gridDim.y + 1` values.
+#[inline(always)]
+pub unsafe fn run_grouped<const K: usize, T: Elem>(
+    packed: *const u32,
+    scales: *const u8,
+    cb: *const f32,
+    out: *mut T::Raw,
+    offsets: *const u32,
+    n_dim: u32,
+    k_dim: u32,
+) {
+    let e = ptx::bid_y() as usize;
+    if unsafe { *offsets.add(e + 1) == *offsets.add(e) } {
+        return;
+    }
+    let words = tile::words(n_dim as usize, k_dim as usize, K);
+    let sc = tile::scales(n_dim as usize, k_dim as usize);
+    let numel = n_dim as usize * k_dim as usize;
+    unsafe { run::<K, Tiled, T>(packed.add(e * words), scales.add(e * sc), cb, out.add(e * numel), n_dim, k_dim) }
+}

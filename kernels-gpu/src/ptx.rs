@@ -25,6 +25,11 @@ pub fn bid() -> u32 {
 pub fn block_dim() -> u32 {
     unsafe { _block_dim_x() as u32 }
 }
+/// Block index in the grid (y): the expert of grouped launches. Any SM.
+#[inline(always)]
+pub fn bid_y() -> u32 {
+    unsafe { _block_idx_y() as u32 }
+}
 /// Blocks in the grid (x). Any SM.
 #[inline(always)]
 pub fn grid_dim() -> u32 {
@@ -288,4 +293,306 @@ pub fn mma_bf16(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
              c0 = in(reg32) c[0], c1 = in(reg32) c[1], c2 = in(reg32) c[2], c3 = in(reg32) c[3])
     }
     [d0, d1, d2, d3]
+}
+
+// ---- Wrappers used by the tensor-core GEMM (mma.rs) -------------------------
+
+/// `cp.async.cg.shared.global` 16 bytes of which only `src_size` (0..=16)
+/// are read; the rest of the 16 shared bytes are zero-filled. Masks rows past
+/// M, columns past K and columns past N without branches around the copy. sm_80.
+///
+/// # Safety
+/// `dst` is a 16-aligned shared address; `src` is a 16-aligned global
+/// pointer valid for `src_size` bytes.
+#[inline(always)]
+pub unsafe fn cp_async_16_zfill(dst: u32, src: *const u8, src_size: u32) {
+    unsafe {
+        asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};",
+             d = in(reg32) dst, s = in(reg64) src, n = in(reg32) src_size)
+    }
+}
+
+/// As [`cp_async_16_zfill`] with an L2 cache policy (from [`policy_evict_first`]):
+/// weights are read exactly once, so they should not push activations and
+/// split-K partials out of L2. sm_80.
+///
+/// # Safety
+/// As [`cp_async_16_zfill`]; `policy` comes from a `createpolicy` wrapper.
+#[inline(always)]
+pub unsafe fn cp_async_16_zfill_hint(dst: u32, src: *const u8, src_size: u32, policy: u64) {
+    unsafe {
+        asm!("cp.async.cg.shared.global.L2::cache_hint [{d}], [{s}], 16, {n}, {p};",
+             d = in(reg32) dst, s = in(reg64) src, n = in(reg32) src_size, p = in(reg64) policy)
+    }
+}
+
+/// `createpolicy.fractional.L2::evict_first.b64`: an L2 policy that marks
+/// every line it touches as first to evict (streamed weights). sm_80.
+#[inline(always)]
+pub fn policy_evict_first() -> u64 {
+    let r: u64;
+    unsafe { asm!("createpolicy.fractional.L2::evict_first.b64 {r}, 1.0;", r = out(reg64) r) }
+    r
+}
+
+/// `cp.async.wait_group n` for a block-uniform run-time `n` (the pipeline
+/// depth is chosen by the host, up to 12 stages); `n` past 10 waits for
+/// everything. sm_80.
+#[inline(always)]
+pub fn cp_async_wait_dyn(n: u32) {
+    match n {
+        0 => cp_async_wait::<0>(),
+        1 => cp_async_wait::<1>(),
+        2 => cp_async_wait::<2>(),
+        3 => cp_async_wait::<3>(),
+        4 => cp_async_wait::<4>(),
+        5 => cp_async_wait::<5>(),
+        6 => cp_async_wait::<6>(),
+        7 => cp_async_wait::<7>(),
+        8 => cp_async_wait::<8>(),
+        9 => cp_async_wait::<9>(),
+        10 => cp_async_wait::<10>(),
+        _ => cp_async_wait::<0>(),
+    }
+}
+
+/// `ld.shared.b32`: codebook-table lookups and plane words. Any SM.
+///
+/// # Safety
+/// `addr` is a 4-aligned shared address inside the dynamic shared memory.
+#[inline(always)]
+pub unsafe fn ld_shared_u32(addr: u32) -> u32 {
+    let r: u32;
+    unsafe { asm!("ld.shared.b32 {r}, [{a}];", r = out(reg32) r, a = in(reg32) addr) }
+    r
+}
+
+/// `ld.shared.v2.b32`: the 2 plane words of a 2-bit block in one access. Any SM.
+///
+/// # Safety
+/// `addr` is an 8-aligned shared address inside the dynamic shared memory.
+#[inline(always)]
+pub unsafe fn ld_shared_v2(addr: u32) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    unsafe { asm!("ld.shared.v2.b32 {{{a}, {b}}}, [{p}];", a = out(reg32) a, b = out(reg32) b, p = in(reg32) addr) }
+    [a, b]
+}
+
+/// `ld.shared.u8`: one E4M4 scale byte. Any SM.
+///
+/// # Safety
+/// `addr` is a shared address inside the dynamic shared memory.
+#[inline(always)]
+pub unsafe fn ld_shared_u8(addr: u32) -> u32 {
+    let r: u32;
+    unsafe { asm!("ld.shared.u8 {r}, [{a}];", r = out(reg32) r, a = in(reg32) addr) }
+    r
+}
+
+/// `st.shared.b32`: the split-K flag. Any SM.
+///
+/// # Safety
+/// `addr` is a 4-aligned shared address inside the dynamic shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_u32(addr: u32, v: u32) {
+    unsafe { asm!("st.shared.b32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v) }
+}
+
+/// `st.shared.v4.b32`: 16 bytes (table replication, epilogue exchange). Any SM.
+///
+/// # Safety
+/// `addr` is a 16-aligned shared address inside the dynamic shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_v4(addr: u32, v: [u32; 4]) {
+    unsafe {
+        asm!("st.shared.v4.b32 [{p}], {{{a}, {b}, {c}, {d}}};",
+             p = in(reg32) addr, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3])
+    }
+}
+
+/// `ld.global.cg.v4.b32`: 16 bytes through L2 only, never a stale L1 line;
+/// reads split-K partials that other blocks wrote during this kernel. Any SM.
+///
+/// # Safety
+/// `p` is a valid, 16-aligned global pointer.
+#[inline(always)]
+pub unsafe fn ld_cg_v4(p: *const u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    unsafe {
+        asm!("ld.global.cg.v4.b32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+             a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg64) p)
+    }
+    [a, b, c, d]
+}
+
+/// `st.global.cg.v4.b32`: a split-K partial, cached in L2 only (another
+/// block reads it). Any SM.
+///
+/// # Safety
+/// `p` is a valid, 16-aligned global pointer.
+#[inline(always)]
+pub unsafe fn st_cg_v4(p: *mut u32, v: [u32; 4]) {
+    unsafe {
+        asm!("st.global.cg.v4.b32 [{p}], {{{a}, {b}, {c}, {d}}};",
+             p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3])
+    }
+}
+
+/// `fence.acq_rel.gpu`: orders this thread's earlier memory operations
+/// before its later ones for every thread of the GPU (publishing split-K
+/// partials before the arrival count, and reading them after it). sm_70.
+#[inline(always)]
+pub fn fence_acq_rel_gpu() {
+    unsafe { asm!("fence.acq_rel.gpu;") }
+}
+
+/// `atom.acq_rel.gpu.global.add.u32`: the split-K arrival counter; returns
+/// the previous count. Release publishes this block's partial (after a
+/// fence and a barrier), acquire makes the others' visible to the last one. sm_70.
+///
+/// # Safety
+/// `p` is a valid, 4-aligned global pointer.
+#[inline(always)]
+pub unsafe fn atom_add_acq_rel_gpu(p: *mut u32, v: u32) -> u32 {
+    let r: u32;
+    unsafe {
+        asm!("atom.acq_rel.gpu.global.add.u32 {r}, [{p}], {v};", r = out(reg32) r, p = in(reg64) p, v = in(reg32) v)
+    }
+    r
+}
+
+/// `st.relaxed.gpu.global.u32`: resets a split-K counter (a strong store, so
+/// no other block can still observe the old count through a stale line). sm_70.
+///
+/// # Safety
+/// `p` is a valid, 4-aligned global pointer.
+#[inline(always)]
+pub unsafe fn st_relaxed_gpu_u32(p: *mut u32, v: u32) {
+    unsafe { asm!("st.relaxed.gpu.global.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v) }
+}
+
+/// `mul.rn.f16x2`: two f16 products, each rounded once to nearest even
+/// (codebook value × block scale, exactly `T(T(cb)·T(amax))`). sm_53.
+#[inline(always)]
+pub fn mul_f16x2(a: u32, b: u32) -> u32 {
+    let r: u32;
+    unsafe { asm!("mul.rn.f16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b) }
+    r
+}
+
+/// `fma.rn.bf16x2`: two bf16 `a·b + c`, each rounded once; with `c = −0`
+/// it is the correctly rounded product (`mul.bf16x2` needs sm_90). sm_80.
+#[inline(always)]
+pub fn fma_bf16x2(a: u32, b: u32, c: u32) -> u32 {
+    let r: u32;
+    unsafe {
+        asm!("fma.rn.bf16x2 {r}, {a}, {b}, {c};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c)
+    }
+    r
+}
+
+// ---- Wrappers used by the scalar GEMV (gemv.rs) ------------------------------
+
+/// `ld.global.nc.L1::evict_first.L2::cache_hint.v4.b32`: 16 bytes of weight
+/// planes, read once. L2 policy from [`policy_evict_first`]; L1 still
+/// allocates (as evict-first) because a thread's next load of the same
+/// column hits the other half of the sector this one brought in. sm_80.
+///
+/// # Safety
+/// `p` is a valid, 16-aligned global pointer not written during the kernel.
+#[inline(always)]
+pub unsafe fn ld_stream_v4(p: *const u32, policy: u64) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    unsafe {
+        asm!("ld.global.nc.L1::evict_first.L2::cache_hint.v4.b32 {{{a}, {b}, {c}, {d}}}, [{p}], {q};",
+             a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg64) p, q = in(reg64) policy)
+    }
+    [a, b, c, d]
+}
+
+/// As [`ld_stream_v4`], 8 bytes (3- and 5-bit planes are only 8-aligned). sm_80.
+///
+/// # Safety
+/// `p` is a valid, 8-aligned global pointer not written during the kernel.
+#[inline(always)]
+pub unsafe fn ld_stream_v2(p: *const u32, policy: u64) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    unsafe {
+        asm!("ld.global.nc.L1::evict_first.L2::cache_hint.v2.b32 {{{a}, {b}}}, [{p}], {q};",
+             a = out(reg32) a, b = out(reg32) b, p = in(reg64) p, q = in(reg64) policy)
+    }
+    [a, b]
+}
+
+/// As [`ld_stream_v4`], 2 bytes: the two E4M4 scale bytes of a column's K tile. sm_80.
+///
+/// # Safety
+/// `p` is a valid, 2-aligned global pointer not written during the kernel.
+#[inline(always)]
+pub unsafe fn ld_stream_u16(p: *const u16, policy: u64) -> u16 {
+    let r: u16;
+    unsafe {
+        asm!("ld.global.nc.L1::evict_first.L2::cache_hint.b16 {r}, [{p}], {q};",
+             r = out(reg16) r, p = in(reg64) p, q = in(reg64) policy)
+    }
+    r
+}
+
+/// `prmt.b32`: byte permute; with `b = 0` and selector `0x444m` it extracts
+/// byte `m` of `a` zero-extended, one instruction per decode-table field. Any SM.
+#[inline(always)]
+pub fn prmt(a: u32, b: u32, sel: u32) -> u32 {
+    let r: u32;
+    unsafe {
+        asm!("prmt.b32 {r}, {a}, {b}, {s};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, s = in(reg32) sel,
+             options(pure, nomem, nostack))
+    }
+    r
+}
+
+/// `mul.rn.f32`: a product rounded once, never contracted into an FMA by
+/// ptxas (the GEMV's dequantized weight `f32(cb · scale)`). Any SM.
+#[inline(always)]
+pub fn mul_rn_f32(a: f32, b: f32) -> f32 {
+    let r: f32;
+    unsafe {
+        asm!("mul.rn.f32 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b,
+             options(pure, nomem, nostack))
+    }
+    r
+}
+
+/// `add.rn.f32`: a sum rounded once (fixed-order reductions). Any SM.
+#[inline(always)]
+pub fn add_rn_f32(a: f32, b: f32) -> f32 {
+    let r: f32;
+    unsafe {
+        asm!("add.rn.f32 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b,
+             options(pure, nomem, nostack))
+    }
+    r
+}
+
+/// `fma.rn.f32`: `a·b + c` rounded once (the GEMV's accumulation). Any SM.
+#[inline(always)]
+pub fn fma_rn_f32(a: f32, b: f32, c: f32) -> f32 {
+    let r: f32;
+    unsafe {
+        asm!("fma.rn.f32 {r}, {a}, {b}, {c};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c,
+             options(pure, nomem, nostack))
+    }
+    r
+}
+
+/// `lop3.b32` with truth table 0xEA: `(a & b) | c` in one instruction (a
+/// table index field masked and merged with the lane offset). Written as asm
+/// so that LLVM cannot reassociate the later add of the table base into the
+/// index, which lets ptxas fold that base into the load's offset. sm_50.
+#[inline(always)]
+pub fn and_or(a: u32, b: u32, c: u32) -> u32 {
+    let r: u32;
+    unsafe {
+        asm!("lop3.b32 {r}, {a}, {b}, {c}, 0xEA;", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c)
+    }
+    r
 }

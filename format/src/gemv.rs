@@ -1,0 +1,244 @@
+//! The contract between the scalar GEMV kernels (kernels 1 and 4) and the
+//! host that launches them: how bit planes become codebook-table fields,
+//! the shared-memory layout, the packed launch geometry, and the K split
+//! that fixes the summation order.
+//!
+//! # Decoding through a table
+//!
+//! A thread holds the k planes of one 32-value block. Instead of gathering
+//! the k bits of every element one by one, it reshuffles the planes (a few
+//! shifts and masks for all 32 elements) into words whose bytes are table
+//! *fields*, then looks every field up in a table in shared memory:
+//!
+//! - k = 2 ([`quad_words`]): byte `m` of word 0 is the field of the
+//!   elements `8m, 8m+1, 8m+4, 8m+5`, of word 1 of `8m+2, 8m+3, 8m+6, 8m+7`
+//!   ([`quad_index`]). The table entry of a field is the four codebook
+//!   values, 16 bytes, so one 128-bit shared load dequantizes four elements.
+//!   The table has 256 fields × [`QUAD_REPLICAS`] copies: lane `l` reads copy
+//!   `l % 8`, which puts the 8 lanes of a quarter-warp in 8 different groups
+//!   of 4 banks, so a lookup never conflicts.
+//! - k = 3, 4 ([`pair_words`]): byte `m` of word `q` is the field of the
+//!   element pair `(8m + 2q, 8m + 2q + 1)`; bit `2j + t` of the field is
+//!   plane `j` of element `t` of the pair. The table entry of a field is the
+//!   two codebook values, 8 bytes ([`pair_index`] gives their indices), so
+//!   one 64-bit shared load dequantizes two elements. The table has
+//!   `4^k` fields × [`PAIR_REPLICAS`] copies: lane `l` reads copy `l % 16`,
+//!   which puts the 16 lanes of a half-warp in 16 different bank pairs.
+//! - k = 5 ([`wide_words`]): byte `m` of word `c` is the field of element
+//!   `8m + c`, with plane bits in the order 0, 2, 1, 3, 4 ([`wide_index`]);
+//!   the table holds the 32 codebook values (one per bank, conflict-free).
+//!
+//! # Summation order (the numerics contract)
+//!
+//! For a column `n` and row `r`, with `S = slots(N, K)`: slot `s` owns the K
+//! tiles `kt = s, s + S, s + 2S, …` and walks them in increasing order; in a
+//! tile it walks the 64 elements `e` in increasing order and does
+//! `acc[e % 2] = fma(w_e, x_e, acc[e % 2])` in f32, where
+//! `w_e = f32(cb[idx_e] · e4m4::decode(scale))` and `x_e` is the activation
+//! widened to f32 (0 past K). The slot's partial is `acc[0] + acc[1]`; the
+//! output is `((p_0 + p_1) + p_2) + … + p_{S-1}`, rounded to nearest even.
+//! Nothing here depends on M, on the launch geometry or on the GPU, so the
+//! grouped kernel reproduces the dense one bit for bit.
+
+use crate::tile;
+
+/// Largest number of rows (M) the scalar GEMV kernels take.
+pub const MAX_M: usize = 4;
+
+/// Copies of the pair table (k = 3, 4), one per lane of a half-warp.
+pub const PAIR_REPLICAS: u32 = 16;
+
+/// Bytes of one pair-table entry (two f32 codebook values).
+pub const PAIR_ENTRY_BYTES: u32 = 8;
+
+/// Copies of the quad table (k = 2), one per lane of a quarter-warp.
+pub const QUAD_REPLICAS: u32 = 8;
+
+/// Bytes of one quad-table entry (four f32 codebook values).
+pub const QUAD_ENTRY_BYTES: u32 = 16;
+
+/// Bytes of one field of the decode table, all copies (k ≤ 4; both layouts
+/// give 128, one row of the 32 banks).
+pub const FIELD_BYTES: u32 = 128;
+
+/// Largest number of K slots per column.
+pub const MAX_SLOTS: u32 = 32;
+
+/// Largest block the host launches (keeps every kernel within 128 registers).
+pub const MAX_THREADS: u32 = 512;
+
+/// Codebook index of element `t` (0 or 1) of a pair field (k = 2, 3, 4):
+/// bit `2j + t` of the field is bit `j` of the index.
+#[inline(always)]
+pub const fn pair_index(field: u32, t: u32, bits: u32) -> u32 {
+    let mut idx = 0;
+    let mut j = 0;
+    while j < bits {
+        idx |= ((field >> (2 * j + t)) & 1) << j;
+        j += 1;
+    }
+    idx
+}
+
+/// Codebook index of element `t` (0..4) of a k = 2 quad field: the
+/// elements are `8m, 8m+1, 8m+4, 8m+5` (word 0) or `8m+2, 8m+3, 8m+6,
+/// 8m+7` (word 1); plane 0 of element `t` is bit `4·(t/2) + t%2`, plane 1
+/// the bit two above.
+#[inline(always)]
+pub const fn quad_index(field: u32, t: u32) -> u32 {
+    let b = 4 * (t / 2) + t % 2;
+    ((field >> b) & 1) | ((field >> (b + 2)) & 1) << 1
+}
+
+/// Codebook index of a k = 5 field: field bits 0..5 are planes 0, 2, 1, 3, 4.
+#[inline(always)]
+pub const fn wide_index(field: u32) -> u32 {
+    (field & 1) | ((field >> 2) & 1) << 1 | ((field >> 1) & 1) << 2 | (field & 0x18)
+}
+
+/// Interleaves planes 0 and 1 in 2-bit chunks: nibble `i` of the first word
+/// holds bits `4i, 4i + 1` of both planes (`[p0, p0, p1, p1]`), nibble `i`
+/// of the second bits `4i + 2, 4i + 3`.
+#[inline(always)]
+fn interleave2(p0: u32, p1: u32) -> (u32, u32) {
+    let lo = (p0 & 0x3333_3333) | ((p1 << 2) & 0xCCCC_CCCC);
+    let hi = ((p0 >> 2) & 0x3333_3333) | (p1 & 0xCCCC_CCCC);
+    (lo, hi)
+}
+
+/// Quad-field words of one block for k = 2 (planes 0 and 1; see
+/// [`quad_index`]): the 2-bit interleave of the two planes, whose nibble
+/// `i` holds the pair `(4i, 4i + 1)` (word 0) or `(4i + 2, 4i + 3)` (word 1).
+#[inline(always)]
+pub fn quad_words<const K: usize>(planes: &[u32; K]) -> [u32; 2] {
+    let p = |j: usize| planes.get(j).copied().unwrap_or(0);
+    let (a, b) = interleave2(p(0), p(1));
+    [a, b]
+}
+
+/// Pair-field words of one block for k = 2, 3, 4 (`K` planes): byte `m` of
+/// word `q` is the field of elements `(8m + 2q, 8m + 2q + 1)`, bit `2j + t`
+/// = plane `j` of element `8m + 2q + t` (absent planes read as zero).
+#[inline(always)]
+pub fn pair_words<const K: usize>(planes: &[u32; K]) -> [u32; 4] {
+    let p = |j: usize| planes.get(j).copied().unwrap_or(0);
+    // a: pairs (4i, 4i+1) of planes 0-1 in nibble i; b: pairs (4i+2, 4i+3).
+    let (a, b) = interleave2(p(0), p(1));
+    if K <= 2 {
+        return [a & 0x0F0F_0F0F, b & 0x0F0F_0F0F, (a >> 4) & 0x0F0F_0F0F, (b >> 4) & 0x0F0F_0F0F];
+    }
+    let (c, d) = interleave2(p(2), p(3));
+    // Nibble 2m of (a, c) is pair (8m, 8m+1), nibble 2m+1 pair (8m+4, 8m+5);
+    // (b, d) likewise for (8m+2, 8m+3) and (8m+6, 8m+7).
+    let even = |x: u32, y: u32| (x & 0x0F0F_0F0F) | ((y << 4) & 0xF0F0_F0F0);
+    let odd = |x: u32, y: u32| ((x >> 4) & 0x0F0F_0F0F) | (y & 0xF0F0_F0F0);
+    [even(a, c), even(b, d), odd(a, c), odd(b, d)]
+}
+
+/// Field words of one block for k = 5: byte `m` of word `c` is the field of
+/// element `8m + c` (see [`wide_index`] for its bit order).
+#[inline(always)]
+pub fn wide_words<const K: usize>(planes: &[u32; K]) -> [u32; 8] {
+    let p4 = planes.get(4).copied().unwrap_or(0);
+    let pairs = pair_words::<4>(&core::array::from_fn(|j| planes.get(j).copied().unwrap_or(0)));
+    core::array::from_fn(|c| {
+        let w = pairs[c / 2];
+        // The even (t = 0) or odd (t = 1) bits of each byte: planes 0..4 of
+        // one element at bits 0, 2, 4, 6; `| >> 3` folds them to bits 0..4
+        // in the order 0, 2, 1, 3.
+        let e = (if c % 2 == 0 { w } else { w >> 1 }) & 0x5555_5555;
+        let lo = (e | (e >> 3)) & 0x0F0F_0F0F;
+        // Plane 4 of element 8m + c (bit 8m + c) to bit 4 of byte m.
+        let hi = (if c <= 4 { p4 << (4 - c) } else { p4 >> (c - 4) }) & 0x1010_1010;
+        lo | hi
+    })
+}
+
+/// Number of fields of the k-bit decode table: 256 quads for k = 2, `4^k`
+/// pairs for k = 3, 4, 32 single values for k = 5.
+#[inline(always)]
+pub const fn table_fields(bits: u32) -> u32 {
+    match bits {
+        2 => 256,
+        3 | 4 => 1 << (2 * bits),
+        _ => 32,
+    }
+}
+
+/// Bytes of the decode table at the start of dynamic shared memory
+/// (a multiple of 16): [`FIELD_BYTES`] per field for k ≤ 4, 4 for k = 5.
+#[inline(always)]
+pub const fn table_bytes(bits: u32) -> u32 {
+    if bits <= 4 { table_fields(bits) * FIELD_BYTES } else { 32 * 4 }
+}
+
+/// f32 values per staged K tile of activations: `M` rows of 64, plus 4 of
+/// padding so that slots sharing a warp read different banks.
+#[inline(always)]
+pub const fn x_tile_floats(m: u32) -> u32 {
+    64 * m + 4
+}
+
+/// Number of K slots per column, `S`: a power of two in 1..=32 that depends
+/// only on the shape, so it fixes the summation order (module docs).
+/// Narrow matrices get more slots, to spread their few columns over the GPU.
+pub const fn slots(n: usize, k: usize) -> u32 {
+    let k_tiles = tile::k_tiles(k);
+    let per_col = match 65536usize.checked_div(n) {
+        Some(v) => v,
+        None => MAX_SLOTS as usize,
+    };
+    let mut s = 4u32;
+    while s < MAX_SLOTS && (2 * s as usize) <= per_col {
+        s *= 2;
+    }
+    let tiles = if k_tiles == 0 { 1 } else { k_tiles.next_power_of_two() };
+    if (s as usize) < tiles { s } else { tiles as u32 }
+}
+
+/// Launch geometry of one GEMV call, as log2 values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// log2 of the columns per block (`C`).
+    pub log_cols: u32,
+    /// log2 of the K slots per column (`S`).
+    pub log_slots: u32,
+    /// log2 of the loop iterations whose activations are staged at once (`R`).
+    pub log_chunk: u32,
+}
+
+impl Geometry {
+    /// Columns per block.
+    pub const fn cols(&self) -> u32 {
+        1 << self.log_cols
+    }
+    /// K slots per column.
+    pub const fn slots(&self) -> u32 {
+        1 << self.log_slots
+    }
+    /// Loop iterations per staged chunk of activations.
+    pub const fn chunk(&self) -> u32 {
+        1 << self.log_chunk
+    }
+    /// Threads per block: thread `t` is column `t % C`, slot `t / C`.
+    pub const fn threads(&self) -> u32 {
+        self.cols() * self.slots()
+    }
+    /// The one `u32` kernel argument: `log_cols | log_slots << 8 | log_chunk << 16`.
+    pub const fn pack(&self) -> u32 {
+        self.log_cols | self.log_slots << 8 | self.log_chunk << 16
+    }
+    /// Inverse of [`Geometry::pack`].
+    #[inline(always)]
+    pub const fn unpack(g: u32) -> Self {
+        Self { log_cols: g & 0xFF, log_slots: (g >> 8) & 0xFF, log_chunk: (g >> 16) & 0xFF }
+    }
+    /// Dynamic shared memory in bytes for `m` rows at bit width `bits`: the
+    /// decode table, then the staged activations (`R·S` tiles), whose space
+    /// the final slot reduction (`S·M·C` floats) reuses.
+    pub const fn smem_bytes(&self, bits: u32, m: u32) -> u32 {
+        let x = self.chunk() * self.slots() * x_tile_floats(m) * 4;
+        let red = self.slots() * m * self.cols() * 4;
+        table_bytes(bits) + if x > red { x } else { red }
+    }
+}

@@ -1,0 +1,290 @@
+//! Geometry of the tensor-core dequant GEMM (kernel 2), shared by the host
+//! (launch planning, shared-memory sizes) and the device (offsets, thread
+//! maps), so that both sides agree by construction.
+//!
+//! A block has [`THREADS`] = 256 threads (8 warps) and owns an output tile of
+//! `16·MB` rows × `TILE_N = 32·NF` columns (`MB` m16 blocks, `NF` n8
+//! fragments per warp). Warp `w` multiplies K half `w / 4` (quant block
+//! `h` of each 64-wide K tile) for column group `w % 4` (`8·NF` columns).
+//!
+//! Dynamic shared memory, in order (all offsets 16-byte aligned):
+//!
+//! ```text
+//! [ table  | misc 16 B | epilogue | stage 0 | stage 1 | ... | stage S-1 ]
+//! table:    codebook lookup, one copy per lane (conflict-free lookups):
+//!           k <= 4: 4^k pair entries, k = 5: 2^k single entries, word e·32 + lane
+//! misc:     the split-K "last block" flag
+//! epilogue: 16·MB × TILE_N f32, K-half reduction in fragment order
+//! stage:    [ A: 16·MB rows × 128 B (XOR-swizzled) | W: plane words | S: scale bytes ]
+//! ```
+
+/// Threads per block.
+pub const THREADS: u32 = 256;
+/// Column groups (warps along N); the other factor 2 of the 8 warps is the K half.
+pub const COL_GROUPS: u32 = 4;
+/// Fewest pipeline stages.
+pub const MIN_STAGES: u32 = 2;
+/// Most pipeline stages (the kernel's wait-group switch covers this many).
+pub const MAX_STAGES: u32 = 12;
+/// Largest M (rows of activations): 4 m16 blocks.
+pub const MAX_M: u32 = 64;
+/// Bytes of one activation row of a K tile (64 values of 2 bytes).
+pub const A_ROW_BYTES: u32 = 128;
+/// Bytes of the misc region.
+pub const MISC_BYTES: u32 = 16;
+
+/// Output columns of a block tile.
+#[inline(always)]
+pub const fn tile_n(nf: u32) -> u32 {
+    8 * nf * COL_GROUPS
+}
+
+/// Entries of the lookup table: pairs of indices for k <= 4, single indices for k = 5.
+#[inline(always)]
+pub const fn table_entries(bits: u32) -> u32 {
+    if bits <= 4 { 1 << (2 * bits) } else { 1 << bits }
+}
+
+/// Bytes of the per-lane lookup table (one 4-byte word per entry and lane).
+#[inline(always)]
+pub const fn table_bytes(bits: u32) -> u32 {
+    table_entries(bits) * 32 * 4
+}
+
+/// Bytes of the epilogue buffer: 16·MB × TILE_N f32.
+#[inline(always)]
+pub const fn epi_bytes(mb: u32, nf: u32) -> u32 {
+    16 * mb * tile_n(nf) * 4
+}
+
+/// Offset of the misc region.
+#[inline(always)]
+pub const fn misc_offset(bits: u32) -> u32 {
+    table_bytes(bits)
+}
+
+/// Offset of the epilogue buffer.
+#[inline(always)]
+pub const fn epi_offset(bits: u32) -> u32 {
+    misc_offset(bits) + MISC_BYTES
+}
+
+/// Offset of stage 0.
+#[inline(always)]
+pub const fn stages_offset(mb: u32, nf: u32, bits: u32) -> u32 {
+    epi_offset(bits) + epi_bytes(mb, nf)
+}
+
+/// Bytes of a stage's activation tile (16·MB rows of 64 values).
+#[inline(always)]
+pub const fn a_bytes(mb: u32) -> u32 {
+    16 * mb * A_ROW_BYTES
+}
+
+/// 16-byte chunks of a stage's activation tile.
+#[inline(always)]
+pub const fn a_chunks(mb: u32) -> u32 {
+    a_bytes(mb) / 16
+}
+
+/// 16-byte chunks of a stage's weight planes: TILE_N columns × 2 blocks × k
+/// words, plus one chunk when k is odd (the span may start 8 bytes into a
+/// chunk: see [`w_window`]).
+#[inline(always)]
+pub const fn w_chunks(nf: u32, bits: u32) -> u32 {
+    tile_n(nf) * bits / 2 + (bits & 1)
+}
+
+/// 16-byte chunks of a stage's scale bytes: TILE_N × 2 bytes plus one chunk
+/// for a span that starts inside a chunk.
+#[inline(always)]
+pub const fn s_chunks(nf: u32) -> u32 {
+    tile_n(nf) / 8 + 1
+}
+
+/// Offset of the weight planes inside a stage.
+#[inline(always)]
+pub const fn w_offset(mb: u32) -> u32 {
+    a_bytes(mb)
+}
+
+/// Offset of the scale bytes inside a stage.
+#[inline(always)]
+pub const fn s_offset(mb: u32, nf: u32, bits: u32) -> u32 {
+    a_bytes(mb) + 16 * w_chunks(nf, bits)
+}
+
+/// Bytes of one pipeline stage.
+#[inline(always)]
+pub const fn stage_bytes(mb: u32, nf: u32, bits: u32) -> u32 {
+    s_offset(mb, nf, bits) + 16 * s_chunks(nf)
+}
+
+/// Dynamic shared memory of a launch with `stages` stages.
+#[inline(always)]
+pub const fn smem_bytes(mb: u32, nf: u32, bits: u32, stages: u32) -> u32 {
+    stages_offset(mb, nf, bits) + stages * stage_bytes(mb, nf, bits)
+}
+
+/// f32 values of one split's partial tile in the split-K workspace.
+#[inline(always)]
+pub const fn slot_f32(mb: u32, nf: u32) -> u32 {
+    16 * mb * tile_n(nf)
+}
+
+/// Byte offset of activation (row, 16-byte chunk) in a stage's A tile: rows
+/// of 128 bytes, chunk `c` stored at `c ^ (row % 8)`, so the 8 rows an
+/// `ldmatrix` phase reads (and the rows a warp's `cp.async` writes) fall in
+/// distinct bank groups.
+#[inline(always)]
+pub const fn a_offset(row: u32, chunk: u32) -> u32 {
+    row * A_ROW_BYTES + ((chunk ^ (row & 7)) << 4)
+}
+
+/// `ldmatrix.x4` source row for `lane` in m16 block `mb`: lanes 0-7 and
+/// 16-23 address rows 0-7, lanes 8-15 and 24-31 rows 8-15, which yields the
+/// mma A fragment a0..a3 = (rows 0-7 | 8-15) × (k 0-7 | 8-15).
+#[inline(always)]
+pub const fn ldmatrix_row(mb: u32, lane: u32) -> u32 {
+    16 * mb + (lane & 15)
+}
+
+/// `ldmatrix.x4` source chunk (8 columns) for `lane` in k16 step `kstep`
+/// (0..4 inside the K tile): lanes 16-31 take the upper 8 columns.
+#[inline(always)]
+pub const fn ldmatrix_chunk(kstep: u32, lane: u32) -> u32 {
+    2 * kstep + (lane >> 4)
+}
+
+/// K half (quant block h of the K tile) that warp `warp` multiplies.
+#[inline(always)]
+pub const fn warp_k_half(warp: u32) -> u32 {
+    warp >> 2
+}
+
+/// Column group of warp `warp`.
+#[inline(always)]
+pub const fn warp_col_group(warp: u32) -> u32 {
+    warp & 3
+}
+
+/// Tile column of the B fragment `f` that `lane` of a warp in column group
+/// `cg` dequantizes (mma B map: lane holds column `lane / 4`).
+#[inline(always)]
+pub const fn b_col(nf: u32, cg: u32, f: u32, lane: u32) -> u32 {
+    cg * 8 * nf + 8 * f + (lane >> 2)
+}
+
+/// Element (0..32) of the quant block that `lane` holds in byte `q` (0..4)
+/// of its plane view, `e` = 0 (low half of the b register) or 1 (high half).
+///
+/// Byte q = 2·s + r holds the pair for k16 step `s` of the block (k steps
+/// 2h and 2h+1 of the tile) in register `b_r`: mma B map b0 = k (2t, 2t+1),
+/// b1 = k (2t+8, 2t+9) with t = lane % 4.
+#[inline(always)]
+pub const fn b_elem(lane: u32, q: u32, e: u32) -> u32 {
+    8 * q + 2 * (lane & 3) + e
+}
+
+/// Row of accumulator value `i` (0..4) of m16 block `mb` (mma C map: c0, c1
+/// in row lane / 4, c2, c3 eight rows below).
+#[inline(always)]
+pub const fn c_row(mb: u32, lane: u32, i: u32) -> u32 {
+    16 * mb + (lane >> 2) + 8 * (i >> 1)
+}
+
+/// Tile column of accumulator value `i` of fragment `f` (c0, c2 in column
+/// 2·(lane % 4), c1, c3 one to the right).
+#[inline(always)]
+pub const fn c_col(nf: u32, cg: u32, f: u32, lane: u32, i: u32) -> u32 {
+    cg * 8 * nf + 8 * f + 2 * (lane & 3) + (i & 1)
+}
+
+/// The weight bytes a block stages for K tile `kt` and columns
+/// `n0 .. n0 + n_valid` of an `N`-column matrix with `bits`-bit planes:
+/// `(aligned start, offset of the first column inside the window, end)`,
+/// all in bytes from the start of the plane array. The window starts at a
+/// 16-byte boundary so that `cp.async` moves 16-byte chunks; bytes past
+/// `end` are zero-filled.
+#[inline(always)]
+pub const fn w_window(n_dim: u64, kt: u64, n0: u64, n_valid: u64, bits: u64) -> (u64, u32, u64) {
+    let start = (kt * n_dim + n0) * 8 * bits;
+    (start & !15, (start & 15) as u32, start + n_valid * 8 * bits)
+}
+
+/// As [`w_window`] for the E4M4 scale bytes (2 per column).
+#[inline(always)]
+pub const fn s_window(n_dim: u64, kt: u64, n0: u64, n_valid: u64) -> (u64, u32, u64) {
+    let start = (kt * n_dim + n0) * 2;
+    (start & !15, (start & 15) as u32, start + n_valid * 2)
+}
+
+/// The low 4 bits of the window starts of [`w_window`] and [`s_window`]:
+/// where column `n0` begins inside the staged weight and scale windows.
+/// Wrapping u32 arithmetic is exact for these bits.
+#[inline(always)]
+pub const fn window_offsets(n_dim: u32, kt: u32, n0: u32, bits: u32) -> (u32, u32) {
+    let col = kt.wrapping_mul(n_dim).wrapping_add(n0);
+    (col.wrapping_mul(8 * bits) & 15, col.wrapping_mul(2) & 15)
+}
+
+/// For k ≤ 4: byte `q` of the result is the interleaved 2k-bit index
+/// `a0 b0 a1 b1 …` (LSB first) of the pair of elements `8q + two_t` (a) and
+/// `8q + two_t + 1` (b) of a quant block with bit planes `planes`.
+///
+/// Rotating plane j right by `two_t − 2j` moves bits `8q + two_t + e` to
+/// `8q + 2j + e`; one mask per plane keeps exactly those.
+#[inline(always)]
+pub fn pair_indices<const K: usize>(planes: &[u32; K], two_t: u32) -> u32 {
+    let mut x = 0u32;
+    for (j, &p) in planes.iter().enumerate() {
+        x |= p.rotate_right(two_t.wrapping_sub(2 * j as u32)) & (0x0303_0303 << (2 * j));
+    }
+    x
+}
+
+/// For any k: bytes `q` of `(even, odd)` are the k-bit indices of elements
+/// `8q + two_t` and `8q + two_t + 1` of a quant block.
+#[inline(always)]
+pub fn single_indices<const K: usize>(planes: &[u32; K], two_t: u32) -> (u32, u32) {
+    let (mut ea, mut eb) = (0u32, 0u32);
+    for (j, &p) in planes.iter().enumerate() {
+        let mask = 0x0101_0101 << j;
+        ea |= p.rotate_right(two_t.wrapping_sub(j as u32)) & mask;
+        eb |= p.rotate_right((two_t + 1).wrapping_sub(j as u32)) & mask;
+    }
+    (ea, eb)
+}
+
+/// Byte offset, from a lane's table base, of the entry whose `index_bits`
+/// index sits in byte `q` of `x`: `index · 128` (entries are 32 lanes × 4
+/// bytes apart). It is `entry_shifted(x, q) & entry_mask(index_bits)`.
+#[inline(always)]
+pub const fn entry_offset(x: u32, q: u32, index_bits: u32) -> u32 {
+    entry_shifted(x, q) & entry_mask(index_bits)
+}
+
+/// `x` shifted so that byte `q` starts at bit 7 (other bytes' bits remain).
+#[inline(always)]
+pub const fn entry_shifted(x: u32, q: u32) -> u32 {
+    if q == 0 { x << 7 } else { x >> (8 * q - 7) }
+}
+
+/// Mask of an `index_bits` index at bit 7.
+#[inline(always)]
+pub const fn entry_mask(index_bits: u32) -> u32 {
+    ((1u32 << index_bits) - 1) << 7
+}
+
+/// Codebook index of element a (`parity` 0) or b (1) of interleaved pair
+/// index `e` (see [`pair_indices`]).
+#[inline(always)]
+pub const fn deinterleave(e: u32, parity: u32, bits: u32) -> u32 {
+    let mut v = 0;
+    let mut j = 0;
+    while j < bits {
+        v |= ((e >> (2 * j + parity)) & 1) << j;
+        j += 1;
+    }
+    v
+}

@@ -1,0 +1,385 @@
+//! Scalar GEMV for M = 1..4 rows (kernel 1) and its grouped MoE form
+//! (kernel 4): launch planning, validation and the launches.
+//!
+//! The kernels (`kernels-gpu/src/gemv.rs`) give each block `C` columns and
+//! all of K; the block's `C·S` threads are (column, K slot) pairs, and the
+//! `S` slot partials of an output are added in slot order. `S` comes from
+//! the shape alone ([`kbit_format::gemv::slots`]), which fixes the summation
+//! order: results are deterministic and the grouped kernel reproduces the
+//! dense one bit for bit. `C` and the activation staging chunk are chosen
+//! here from the device's SM count.
+
+use crate::device::dptr;
+use crate::module::names;
+use crate::weight::check_len;
+use crate::{Context, Dtype, Element, Error, KbitExperts, KbitWeight, Result, Shape};
+use cudarc::driver::sys::CUdevice_attribute as Attr;
+use cudarc::driver::sys::CUfunction_attribute as FnAttr;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use kbit_format::gemv::{self as g, Geometry};
+use std::sync::Arc;
+
+/// Largest M (rows) of the scalar GEMV, and largest `max_m` of its grouped form.
+pub const GEMV_MAX_M: usize = g::MAX_M;
+
+/// The GEMV entry points, looked up once per context.
+pub(crate) struct GemvKernels {
+    funcs: Vec<CudaFunction>,
+    /// Largest block each instance can be launched with (its register use).
+    max_threads: Vec<u32>,
+}
+
+/// Dtypes of the GEMV kernels, in table order.
+pub(crate) const GEMV_DTYPES: [Dtype; 2] = [Dtype::F16, Dtype::Bf16];
+
+fn slot(grouped: bool, m: usize, bits: u32, dtype: Dtype) -> usize {
+    let d = (dtype == Dtype::Bf16) as usize;
+    (((grouped as usize) * GEMV_MAX_M + (m - 1)) * 4 + (bits - 2) as usize) * GEMV_DTYPES.len() + d
+}
+
+impl GemvKernels {
+    /// Resolves every `kbit_[grouped_]gemv_*` entry and lets it use the
+    /// device's opt-in shared memory (the k = 4 decode table alone is 32 KB).
+    pub(crate) fn load(ctx: &Arc<CudaContext>, module: &Arc<CudaModule>) -> Result<Self> {
+        let optin = ctx.attribute(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+        let mut funcs = Vec::new();
+        let mut max_threads = Vec::new();
+        for name in names::all_gemv() {
+            let f = module.load_function(&name).map_err(|_| Error::MissingKernel(name))?;
+            f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin)?;
+            max_threads.push(f.max_threads_per_block()?.max(32) as u32);
+            funcs.push(f);
+        }
+        Ok(Self { funcs, max_threads })
+    }
+
+    fn get(&self, grouped: bool, m: usize, bits: u32, dtype: Dtype) -> (&CudaFunction, u32) {
+        let i = slot(grouped, m, bits, dtype);
+        (&self.funcs[i], self.max_threads[i])
+    }
+}
+
+/// Launch plan of one GEMV call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GemvPlan {
+    /// Columns per block, K slots, staging chunk.
+    pub geometry: Geometry,
+    /// Blocks along N: `ceil(N / C)`.
+    pub col_blocks: u32,
+    /// Dynamic shared memory per block.
+    pub smem_bytes: u32,
+}
+
+impl GemvPlan {
+    /// Plans `m` rows against a `shape` weight of `bits` bits on a device
+    /// with `sm_count` SMs. `units` is how many independent matrices share
+    /// the launch (1 for dense; the experts that may have rows for grouped);
+    /// `max_threads` the instance's block limit.
+    ///
+    /// `S` is [`g::slots`] of the shape (never anything else: it fixes the
+    /// summation order). `C` is the widest power of two (≥ one warp per
+    /// block, ≤ `max_threads / S`) that still gives about one block per SM
+    /// (7/8 of them), so narrow matrices spread over the whole GPU while wide
+    /// ones keep many columns per block (more reuse of the staged
+    /// activations). The staging chunk `R` (loop iterations, `R·S` tiles)
+    /// holds about 64 (tile, row) pairs of activations, at least one
+    /// iteration's `S` tiles and at most the whole of K.
+    pub fn new(shape: Shape, bits: u32, m: usize, sm_count: u32, units: usize, max_threads: u32) -> Self {
+        let s = g::slots(shape.n, shape.k);
+        let lo = (32 / s).max(1);
+        let hi = (max_threads.min(g::MAX_THREADS) / s).max(lo);
+        let want = (sm_count as usize * 7).div_ceil(8).max(1);
+        let mut c = 1u32 << hi.ilog2();
+        while c > lo && units.max(1) * shape.n.div_ceil(c as usize) < want {
+            c /= 2;
+        }
+        let n_iter = kbit_format::tile::k_tiles(shape.k).div_ceil(s as usize) as u32;
+        let per_chunk = (64 / (s * m as u32)).max(1);
+        let chunk = (1u32 << per_chunk.ilog2()).min(n_iter.next_power_of_two());
+        let geometry = Geometry { log_cols: c.ilog2(), log_slots: s.ilog2(), log_chunk: chunk.ilog2() };
+        Self {
+            geometry,
+            col_blocks: shape.n.div_ceil(c as usize) as u32,
+            smem_bytes: geometry.smem_bytes(bits, m as u32),
+        }
+    }
+}
+
+/// The kernel table slot of a dtype, or the error for f32.
+fn gemv_dtype(op: &'static str, dtype: Dtype) -> Result<Dtype> {
+    if GEMV_DTYPES.contains(&dtype) {
+        Ok(dtype)
+    } else {
+        Err(Error::Mismatch { what: op, left: format!("{dtype:?} activations"), right: "f16 or bf16".into() })
+    }
+}
+
+fn check_rows(m: usize) -> Result<()> {
+    if (1..=GEMV_MAX_M).contains(&m) { Ok(()) } else { Err(Error::Rows { m, max: GEMV_MAX_M }) }
+}
+
+impl Context {
+    /// Scalar GEMV `y[M, N] = x[M, K] · Wᵀ` for M = 1..=4 (kernel 1):
+    /// each weight is dequantized once, as `f32(cb[idx] · scale)`, and
+    /// FMA'd into all M rows in f32; the output is rounded to nearest even.
+    /// Deterministic: the same inputs give the same bits on every run (the
+    /// summation order is documented in [`kbit_format::gemv`]).
+    ///
+    /// `x` is row-major `[m, K]` (16-byte aligned), `y` row-major `[m, N]`;
+    /// f16 or bf16. Asynchronous on [`Context::stream`]; allocates nothing
+    /// and never synchronizes, so it can be captured in a CUDA graph.
+    ///
+    /// ```no_run
+    /// use half::f16;
+    /// let ctx = kbit::Context::new(0)?;
+    /// let shape = kbit::Shape::new(4096, 2048)?; // N = 4096 outputs, K = 2048 inputs
+    /// let w: Vec<f32> = (0..shape.numel()).map(|i| ((i * 7) % 13) as f32 / 13.0 - 0.5).collect();
+    /// let flat = kbit::reference::quantize(&w, shape, &kbit::Codebook::nf(4)?)?;
+    /// let weight = ctx.upload(&kbit::reference::repack(&flat, kbit::ScaleMode::Strict)?)?;
+    /// let x = ctx.stream().clone_htod(&vec![f16::from_f32(0.5); 2 * 2048])?;
+    /// let mut y = ctx.stream().alloc_zeros::<f16>(2 * 4096)?;
+    /// ctx.gemv(&x, 2, &weight, &mut y)?;
+    /// let y = ctx.stream().clone_dtoh(&y)?;
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Mismatch`] for f32 activations, [`Error::Rows`] for `m`
+    /// outside 1..=4, [`Error::Length`] if `x` or `y` do not hold `m·K` and
+    /// `m·N` elements, [`Error::Alignment`] if `x` is not 16-byte aligned,
+    /// [`Error::SharedMemory`] on a device with too little shared memory.
+    pub fn gemv<T: Element>(
+        &self,
+        x: &impl DevicePtr<T>,
+        m: usize,
+        w: &KbitWeight,
+        y: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
+        let dtype = gemv_dtype("gemv: activation dtype", T::DTYPE)?;
+        check_rows(m)?;
+        let shape = w.shape();
+        check_len("gemv: activations x (M·K)", m * shape.k, x.len())?;
+        check_len("gemv: output y (M·N)", m * shape.n, y.len())?;
+        let xp = dptr(x, self);
+        if xp % 16 != 0 {
+            return Err(Error::Alignment { what: "gemv: activations x", align: 16 });
+        }
+        let bits = w.bits();
+        let (f, max_threads) = self.kernels.gemv.get(false, m, bits, dtype);
+        let plan = GemvPlan::new(shape, bits, m, self.info().sm_count, 1, max_threads);
+        self.check_smem(&plan, names::gemv(false, m, bits, dtype))?;
+        let s = self.stream();
+        let (yp, _guard) = y.device_ptr_mut(s);
+        let (pp, sp, cp) = (dptr(&w.packed, self), dptr(&w.scales, self), dptr(&w.cb, self));
+        let (n, k, geom) = (shape.n as u32, shape.k as u32, plan.geometry.pack());
+        let cfg = LaunchConfig {
+            grid_dim: (plan.col_blocks, 1, 1),
+            block_dim: (plan.geometry.threads(), 1, 1),
+            shared_mem_bytes: plan.smem_bytes,
+        };
+        unsafe {
+            s.launch_builder(f).arg(&pp).arg(&sp).arg(&cp).arg(&xp).arg(&yp).arg(&n).arg(&k).arg(&geom).launch(cfg)
+        }?;
+        Ok(())
+    }
+
+    /// Grouped scalar GEMV over MoE experts (kernel 4), all experts in one
+    /// launch: for every expert `e`, rows `offsets[e] .. offsets[e+1]` of
+    /// `y[total_rows, N]` are `x[same rows, K] · W_eᵀ`, computed exactly as
+    /// [`Context::gemv`] would compute them for that expert alone (bit for
+    /// bit).
+    ///
+    /// - `x`: `[total_rows, K]`, the rows of all experts concatenated in
+    ///   expert order (16-byte aligned); `total_rows = x.len() / K`.
+    /// - `expert_offsets`: `num_experts + 1` u32 on the device, non-decreasing
+    ///   from 0 to `total_rows`. They are never read on the host: the call
+    ///   does not synchronize, allocates nothing, and can be captured in a
+    ///   CUDA graph. Experts with 0 rows are legal and cost almost nothing.
+    /// - `max_m` (1..=4): at least the largest expert's row count; it sizes
+    ///   the launch. Rows of an expert past `max_m` are not computed.
+    /// - `y`: `[total_rows, N]`.
+    ///
+    /// Offsets that break the contract give unspecified results in `y` but
+    /// never an access outside `x`, `y` or the weights.
+    ///
+    /// ```no_run
+    /// use half::f16;
+    /// use kbit::{Codebook, ScaleMode, Shape, reference};
+    /// let ctx = kbit::Context::new(0)?;
+    /// let shape = Shape::new(512, 2048)?;
+    /// let cb = Codebook::nf(4)?;
+    /// let experts = (0..4)
+    ///     .map(|e| {
+    ///         let w: Vec<f32> = (0..shape.numel()).map(|i| ((i * 31 + e * 7) % 97) as f32 / 97.0 - 0.5).collect();
+    ///         reference::repack(&reference::quantize(&w, shape, &cb)?, ScaleMode::Strict)
+    ///     })
+    ///     .collect::<kbit::Result<Vec<_>>>()?;
+    /// let experts = ctx.upload_experts(&experts)?;
+    /// // Rows per expert: 2, 0, 1, 3 (6 rows in all).
+    /// let offsets = ctx.stream().clone_htod(&[0u32, 2, 2, 3, 6])?;
+    /// let x = ctx.stream().clone_htod(&vec![f16::from_f32(0.25); 6 * 2048])?;
+    /// let mut y = ctx.stream().alloc_zeros::<f16>(6 * 512)?;
+    /// ctx.grouped_gemv(&x, &offsets, 3, &experts, &mut y)?;
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Mismatch`] for f32 activations, an `x` whose length is not a
+    /// multiple of K, or more rows than `max_m × num_experts`;
+    /// [`Error::Rows`] for `max_m` outside 1..=4; [`Error::Length`] for
+    /// `expert_offsets` or `y` of the wrong length; [`Error::Alignment`] if
+    /// `x` is not 16-byte aligned; [`Error::TooLarge`] for a grid past the
+    /// launch limits; [`Error::SharedMemory`] on a device with too little
+    /// shared memory.
+    pub fn grouped_gemv<T: Element>(
+        &self,
+        x: &impl DevicePtr<T>,
+        expert_offsets: &impl DevicePtr<u32>,
+        max_m: usize,
+        experts: &KbitExperts,
+        y: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
+        let dtype = gemv_dtype("grouped_gemv: activation dtype", T::DTYPE)?;
+        check_rows(max_m)?;
+        let shape = experts.shape();
+        let num_experts = experts.num_experts();
+        check_len("grouped_gemv: expert_offsets (experts + 1)", num_experts + 1, expert_offsets.len())?;
+        if x.len() % shape.k != 0 {
+            return Err(Error::Mismatch {
+                what: "grouped_gemv: activation length must be a multiple of K",
+                left: x.len().to_string(),
+                right: format!("K = {}", shape.k),
+            });
+        }
+        let total_rows = x.len() / shape.k;
+        check_len("grouped_gemv: output y (rows·N)", total_rows * shape.n, y.len())?;
+        if total_rows > max_m * num_experts {
+            return Err(Error::Mismatch {
+                what: "grouped_gemv: rows of x exceed max_m × experts",
+                left: format!("{total_rows} rows"),
+                right: format!("max_m {max_m} × {num_experts} experts"),
+            });
+        }
+        if total_rows == 0 {
+            return Ok(());
+        }
+        let xp = dptr(x, self);
+        if xp % 16 != 0 {
+            return Err(Error::Alignment { what: "grouped_gemv: activations x", align: 16 });
+        }
+        let bits = experts.bits();
+        let (f, max_threads) = self.kernels.gemv.get(true, max_m, bits, dtype);
+        // At most min(experts, rows) experts have rows: they share the GPU.
+        let units = num_experts.min(total_rows);
+        let plan = GemvPlan::new(shape, bits, max_m, self.info().sm_count, units, max_threads);
+        self.check_smem(&plan, names::gemv(true, max_m, bits, dtype))?;
+        let blocks = total_rows as u64 * plan.col_blocks as u64;
+        if blocks > i32::MAX as u64 || num_experts >= u32::MAX as usize {
+            return Err(Error::TooLarge { n: shape.n, k: shape.k });
+        }
+        let s = self.stream();
+        let (yp, _guard) = y.device_ptr_mut(s);
+        let op = dptr(expert_offsets, self);
+        let (pp, sp, cp) = (dptr(&experts.packed, self), dptr(&experts.scales, self), dptr(&experts.cb, self));
+        let (ne, rows, n, k) = (num_experts as u32, total_rows as u32, shape.n as u32, shape.k as u32);
+        let (geom, cbs) = (plan.geometry.pack(), plan.col_blocks);
+        let cfg = LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (plan.geometry.threads(), 1, 1),
+            shared_mem_bytes: plan.smem_bytes,
+        };
+        unsafe {
+            s.launch_builder(f)
+                .arg(&pp)
+                .arg(&sp)
+                .arg(&cp)
+                .arg(&xp)
+                .arg(&yp)
+                .arg(&op)
+                .arg(&ne)
+                .arg(&rows)
+                .arg(&n)
+                .arg(&k)
+                .arg(&geom)
+                .arg(&cbs)
+                .launch(cfg)
+        }?;
+        Ok(())
+    }
+
+    fn check_smem(&self, plan: &GemvPlan, kernel: String) -> Result<()> {
+        let available = self.info().max_smem_per_block;
+        if plan.smem_bytes as usize > available {
+            return Err(Error::SharedMemory { kernel, available });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every plan is a valid launch: a whole number of warps, at most 512
+    /// threads, shared memory within 66 KB, S fixed by the shape alone.
+    #[test]
+    fn plans_are_valid_launches() {
+        let ns = [1usize, 7, 129, 512, 2048, 4096, 4100, 5120, 14336, 28672];
+        let ks = [32usize, 64, 96, 512, 2048, 4096, 5120, 8192, 14336];
+        for &n in &ns {
+            for &k in &ks {
+                let shape = Shape::new(n, k).unwrap();
+                for bits in 2..=5 {
+                    for m in 1..=GEMV_MAX_M {
+                        for (sms, units) in [(132, 1), (128, 1), (1, 1), (132, 8), (132, 64)] {
+                            for max_threads in [1024, 512, 256] {
+                                let p = GemvPlan::new(shape, bits, m, sms, units, max_threads);
+                                let geo = p.geometry;
+                                assert_eq!(geo.slots(), g::slots(n, k), "{n}x{k}");
+                                assert!(geo.threads() >= 32 && geo.threads() % 32 == 0, "{geo:?}");
+                                assert!(geo.threads() <= max_threads.min(512), "{geo:?}");
+                                assert_eq!(p.col_blocks as usize, n.div_ceil(geo.cols() as usize));
+                                assert!(p.smem_bytes <= 66048, "{n}x{k} k={bits} m={m}: {} bytes", p.smem_bytes);
+                                assert_eq!(Geometry::unpack(geo.pack()), geo);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The design's shapes fill an H100 (132 SMs) with at least 7/8 of a
+    /// block per SM and keep whole warps on one K slot where N allows it.
+    #[test]
+    fn design_shapes_fill_the_gpu() {
+        for (n, k) in
+            [(5120, 2048), (2048, 5120), (4096, 2048), (512, 2048), (2048, 4096), (14336, 4096), (28672, 8192)]
+        {
+            let p = GemvPlan::new(Shape::new(n, k).unwrap(), 4, 1, 132, 1, 1024);
+            assert!(p.col_blocks >= 116, "{n}x{k}: {p:?}");
+        }
+        let wide = GemvPlan::new(Shape::new(14336, 4096).unwrap(), 4, 1, 132, 1, 1024);
+        assert!(wide.geometry.cols() >= 32, "{wide:?}");
+    }
+
+    #[test]
+    fn kernel_table_slots_are_dense() {
+        let mut seen = std::collections::HashSet::new();
+        for grouped in [false, true] {
+            for m in 1..=GEMV_MAX_M {
+                for bits in 2..=5 {
+                    for d in GEMV_DTYPES {
+                        assert!(seen.insert(slot(grouped, m, bits, d)));
+                    }
+                }
+            }
+        }
+        assert_eq!(seen.len(), names::all_gemv().len());
+        assert!(seen.iter().all(|&s| s < seen.len()));
+        // The table order of `names::all_gemv` matches `slot`.
+        let all = names::all_gemv();
+        assert_eq!(all[slot(true, 3, 4, Dtype::Bf16)], names::gemv(true, 3, 4, Dtype::Bf16));
+        assert_eq!(all[slot(false, 1, 2, Dtype::F16)], "kbit_gemv_m1_k2_f16");
+    }
+}

@@ -1,0 +1,465 @@
+//! `linear`: `y[M, N] = x[M, K] · Wᵀ` for a k-bit weight, and the dispatch
+//! over the kernels that can compute it.
+//!
+//! Dispatch is an ordered chain of paths, fastest first for the call's M;
+//! a path that does not apply falls through to the next one:
+//!
+//! ```text
+//! 1. scalar GEMV        M ≤ 4          kernel 1 (gemv.rs)
+//! 2. MMA dequant GEMM   M ≤ 64         kernel 2 (mma.rs), split-K over the SMs
+//! 3. dequant + cuBLAS   any M          dequantize W into a scratch buffer, one GemmEx
+//! ```
+//!
+//! [`Context::force_kernel`] pins one path (for A/B checks and benchmarks);
+//! a pinned path that cannot serve a call returns [`Error::NotApplicable`]
+//! instead of falling through. The kernel that ran is returned and recorded
+//! ([`Context::last_kernel`]).
+//!
+//! The dequant + cuBLAS path owns, inside the [`Context`], a cuBLAS handle
+//! bound to the context's stream, a 32 MiB cuBLAS workspace (so that cuBLAS
+//! allocates nothing inside a CUDA graph capture) and a scratch buffer for
+//! the dequantized weight that only grows. Steady-state calls allocate
+//! nothing and never wait for the GPU, so they can be captured in a graph —
+//! after one eager call (or [`Context::prepare_linear`]) has set these up.
+
+use crate::{Context, Dtype, Element, Error, KbitWeight, Result, Shape};
+use cudarc::cublas::{CudaBlas, result as cublas, sys as cublas_sys};
+use cudarc::driver::sys::CUstreamCaptureStatus;
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// The kbit kernels a matmul can run on (DESIGN §1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// 1. Scalar GEMV (M = 1..4, dense layers).
+    Scalar,
+    /// 2. Tensor-core dequant GEMM (M = 5..16, dense layers).
+    Mma,
+    /// 3. Dequantize to f16/bf16, then a cuBLAS GEMM (any M).
+    DequantCublas,
+    /// 4. Grouped scalar GEMV over MoE experts.
+    GroupedScalar,
+    /// 5. Grouped tensor-core GEMM over MoE experts.
+    GroupedMma,
+}
+
+impl Kernel {
+    /// Every kernel, in DESIGN order.
+    pub const ALL: [Kernel; 5] =
+        [Kernel::Scalar, Kernel::Mma, Kernel::DequantCublas, Kernel::GroupedScalar, Kernel::GroupedMma];
+
+    /// The kernel's name: `scalar`, `mma`, `dequant_cublas`,
+    /// `grouped_scalar`, `grouped_mma` (also its [`fmt::Display`]).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Scalar => "scalar",
+            Kernel::Mma => "mma",
+            Kernel::DequantCublas => "dequant_cublas",
+            Kernel::GroupedScalar => "grouped_scalar",
+            Kernel::GroupedMma => "grouped_mma",
+        }
+    }
+
+    /// The kernel named `name` (as [`Kernel::name`] spells it).
+    ///
+    /// ```
+    /// use kbit::Kernel;
+    /// assert_eq!(Kernel::from_name("dequant_cublas"), Some(Kernel::DequantCublas));
+    /// assert_eq!(Kernel::GroupedMma.to_string(), "grouped_mma");
+    /// assert_eq!(Kernel::from_name("fp16"), None);
+    /// ```
+    pub fn from_name(name: &str) -> Option<Kernel> {
+        Kernel::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Whether this build of the library contains the kernel.
+    pub fn is_available(self) -> bool {
+        // Flip an entry when its kernel lands (and wire it into
+        // `Context::run_linear` / the expert dispatch).
+        match self {
+            Kernel::Scalar | Kernel::Mma | Kernel::DequantCublas | Kernel::GroupedScalar => true,
+            Kernel::GroupedMma => false,
+        }
+    }
+
+    fn code(kernel: Option<Kernel>) -> u8 {
+        kernel.map_or(0, |k| k as u8 + 1)
+    }
+
+    fn decode(code: u8) -> Option<Kernel> {
+        code.checked_sub(1).map(|i| Kernel::ALL[i as usize])
+    }
+}
+
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The order in which `linear` tries its paths when no kernel is forced.
+const LINEAR_CHAIN: [Kernel; 3] = [Kernel::Scalar, Kernel::Mma, Kernel::DequantCublas];
+
+/// Bytes of the workspace given to cuBLAS (NVIDIA recommends 32 MiB on
+/// Hopper). With a workspace set, cuBLAS allocates nothing per call, which
+/// graph capture requires.
+const CUBLAS_WORKSPACE: usize = 32 << 20;
+
+/// Dispatch state of a [`Context`]: the forced and the last kernel, and the
+/// resources of the dequant + cuBLAS path.
+#[derive(Default)]
+pub(crate) struct LinearState {
+    forced: AtomicU8,
+    last: AtomicU8,
+    dense: Mutex<DensePath>,
+}
+
+#[derive(Default)]
+struct DensePath {
+    blas: Option<Blas>,
+    /// Dequantized weights (2-byte elements), grown to the largest weight seen.
+    scratch: Option<CudaSlice<u8>>,
+}
+
+struct Blas {
+    handle: CudaBlas,
+    /// Must outlive its use by `handle`; dropped after it (field order).
+    _workspace: CudaSlice<u8>,
+}
+
+fn not_applicable(kernel: Kernel, why: impl Into<String>) -> Error {
+    Error::NotApplicable { kernel, why: why.into() }
+}
+
+/// Largest M the MMA kernel serves.
+const MMA_MAX_M: usize = kbit_format::mma::MAX_M as usize;
+
+/// Largest M for which automatic dispatch prefers the MMA kernel over
+/// dequant + cuBLAS (from the measured crossover; see bench-results/NOTES.md).
+const MMA_AUTO_MAX_M: usize = MMA_MAX_M;
+
+/// Why `kernel` cannot compute `linear` with `m` rows, or `None` if it can.
+/// `auto` applies the dispatch preferences on top of the hard limits.
+fn linear_unfit(kernel: Kernel, m: usize, auto: bool) -> Option<&'static str> {
+    if !kernel.is_available() {
+        return Some("the kernel is not part of this build yet");
+    }
+    match kernel {
+        Kernel::GroupedScalar | Kernel::GroupedMma => Some("grouped kernels serve MoE experts, not linear"),
+        Kernel::Scalar if m > crate::GEMV_MAX_M => Some("the scalar GEMV serves M ≤ 4"),
+        Kernel::Mma if m > MMA_MAX_M => Some("the MMA kernel serves M ≤ 64"),
+        Kernel::Mma if auto && m > MMA_AUTO_MAX_M => Some("dequant + cuBLAS is faster at this M"),
+        Kernel::Scalar | Kernel::Mma | Kernel::DequantCublas => None,
+    }
+}
+
+pub(crate) fn cuda_type(dtype: Dtype) -> cublas_sys::cudaDataType {
+    match dtype {
+        Dtype::F16 => cublas_sys::cudaDataType::CUDA_R_16F,
+        Dtype::Bf16 => cublas_sys::cudaDataType::CUDA_R_16BF,
+        Dtype::F32 => cublas_sys::cudaDataType::CUDA_R_32F,
+    }
+}
+
+/// Checks the arguments every path shares.
+fn check_linear(dtype: Dtype, m: usize, shape: Shape, x_len: usize, y_len: usize) -> Result<()> {
+    if dtype == Dtype::F32 {
+        return Err(Error::Mismatch {
+            what: "linear element type (activations and outputs)",
+            left: "f32".into(),
+            right: "f16 or bf16".into(),
+        });
+    }
+    // cuBLAS takes dimensions as i32.
+    if m == 0 || m > i32::MAX as usize {
+        return Err(Error::Rows { m, max: i32::MAX as usize });
+    }
+    if shape.n > i32::MAX as usize || shape.k > i32::MAX as usize {
+        return Err(Error::TooLarge { n: shape.n, k: shape.k });
+    }
+    let xm = m.checked_mul(shape.k).ok_or(Error::TooLarge { n: m, k: shape.k })?;
+    let ym = m.checked_mul(shape.n).ok_or(Error::TooLarge { n: m, k: shape.n })?;
+    crate::weight::check_len("linear activations x [M, K]", xm, x_len)?;
+    crate::weight::check_len("linear outputs y [M, N]", ym, y_len)
+}
+
+impl Context {
+    /// `y[M, N] = x[M, K] · Wᵀ` with `W[N, K]` the k-bit weight `w`;
+    /// `x` and `y` row-major (contiguous), f16 or bf16. Returns the kernel
+    /// that ran (also kept as [`Context::last_kernel`]).
+    ///
+    /// Asynchronous on [`Context::stream`]: no host synchronization, and no
+    /// device allocation once the first call for the largest weight has
+    /// grown the scratch buffer (see [`Context::prepare_linear`]), so calls
+    /// can be captured in a CUDA graph.
+    ///
+    /// ```no_run
+    /// use half::f16;
+    /// let ctx = kbit::Context::new(0)?;
+    /// let shape = kbit::Shape::new(5120, 2048)?;
+    /// let w16: Vec<f16> = (0..shape.numel()).map(|i| f16::from_f32((i as f32 * 0.37).sin() * 0.05)).collect();
+    /// let flat = ctx.quantize(&ctx.stream().clone_htod(&w16)?, shape, &kbit::Codebook::nf(4)?)?;
+    /// let w = ctx.repack(&flat, kbit::ScaleMode::Strict)?;
+    /// let m = 32;
+    /// let x = ctx.stream().clone_htod(&vec![f16::from_f32(0.5); m * shape.k])?;
+    /// let mut y = ctx.stream().alloc_zeros::<f16>(m * shape.n)?;
+    /// let kernel = ctx.linear(&x, m, &w, &mut y)?;
+    /// println!("ran {kernel}");
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Mismatch`] for f32 activations; [`Error::Rows`] for M = 0;
+    /// [`Error::Length`] when `x` is not `M·K` or `y` not `M·N` elements;
+    /// [`Error::NotApplicable`] when a forced kernel cannot serve the call,
+    /// or when a call inside a graph capture would need to allocate (make
+    /// one eager call first); driver and cuBLAS errors.
+    pub fn linear<T: Element>(
+        &self,
+        x: &impl DevicePtr<T>,
+        m: usize,
+        w: &KbitWeight,
+        y: &mut impl DevicePtrMut<T>,
+    ) -> Result<Kernel> {
+        check_linear(T::DTYPE, m, w.shape(), x.len(), y.len())?;
+        let kernel = match self.forced_kernel() {
+            Some(kernel) => {
+                if let Some(why) = linear_unfit(kernel, m, false) {
+                    return Err(not_applicable(
+                        kernel,
+                        format!("{why} (linear, M = {m}, W [{}, {}])", w.shape().n, w.shape().k),
+                    ));
+                }
+                self.run_linear(kernel, x, m, w, y)?;
+                kernel
+            }
+            None => self.dispatch_linear(x, m, w, y)?,
+        };
+        self.record_kernel(kernel);
+        Ok(kernel)
+    }
+
+    /// Walks [`LINEAR_CHAIN`]: the first path that applies runs.
+    fn dispatch_linear<T: Element>(
+        &self,
+        x: &impl DevicePtr<T>,
+        m: usize,
+        w: &KbitWeight,
+        y: &mut impl DevicePtrMut<T>,
+    ) -> Result<Kernel> {
+        for kernel in LINEAR_CHAIN {
+            if linear_unfit(kernel, m, true).is_none() {
+                self.run_linear(kernel, x, m, w, y)?;
+                return Ok(kernel);
+            }
+        }
+        // Dequant + cuBLAS serves every M; only a build without it gets here.
+        Err(not_applicable(Kernel::DequantCublas, "no linear kernel in this build"))
+    }
+
+    /// Runs one path that [`linear_unfit`] accepted.
+    fn run_linear<T: Element>(
+        &self,
+        kernel: Kernel,
+        x: &impl DevicePtr<T>,
+        m: usize,
+        w: &KbitWeight,
+        y: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
+        match kernel {
+            Kernel::DequantCublas => self.dequant_cublas(x, m, w, y),
+            Kernel::Scalar => self.gemv(x, m, w, y),
+            Kernel::Mma => self.mma_gemm(x, m, w, y),
+            Kernel::GroupedScalar | Kernel::GroupedMma => {
+                Err(not_applicable(kernel, linear_unfit(kernel, m, false).unwrap_or("not a linear kernel")))
+            }
+        }
+    }
+
+    /// Pins the kernel `linear` (and the expert dispatch) uses, or restores
+    /// automatic dispatch with `None`. While pinned, a call the kernel cannot
+    /// serve returns [`Error::NotApplicable`] instead of falling back.
+    ///
+    /// ```no_run
+    /// use kbit::{Context, Kernel};
+    /// let ctx = Context::new(0)?;
+    /// ctx.force_kernel(Some(Kernel::DequantCublas))?;
+    /// assert_eq!(ctx.forced_kernel(), Some(Kernel::DequantCublas));
+    /// ctx.force_kernel(None)?;
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NotApplicable`] for a kernel this build does not contain
+    /// (see [`Kernel::is_available`]); the setting is then unchanged.
+    pub fn force_kernel(&self, kernel: Option<Kernel>) -> Result<()> {
+        if let Some(k) = kernel.filter(|k| !k.is_available()) {
+            return Err(not_applicable(k, "the kernel is not part of this build yet"));
+        }
+        self.linear.forced.store(Kernel::code(kernel), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The kernel pinned by [`Context::force_kernel`], if any.
+    pub fn forced_kernel(&self) -> Option<Kernel> {
+        Kernel::decode(self.linear.forced.load(Ordering::Relaxed))
+    }
+
+    /// The kernel the most recent successful matmul call ran, if any.
+    pub fn last_kernel(&self) -> Option<Kernel> {
+        Kernel::decode(self.linear.last.load(Ordering::Relaxed))
+    }
+
+    /// Records the kernel a matmul call ran.
+    pub(crate) fn record_kernel(&self, kernel: Kernel) {
+        self.linear.last.store(Kernel::code(Some(kernel)), Ordering::Relaxed);
+    }
+
+    /// Sets up the dequant + cuBLAS path ahead of time: creates the cuBLAS
+    /// handle and its workspace and grows the scratch buffer to hold the
+    /// largest weight `largest` (2-byte elements). Call it before capturing
+    /// `linear` calls in a CUDA graph (an eager call does the same). One
+    /// eager call per shape before capturing is the safest warm-up: cuBLAS
+    /// may load the GEMM kernel it picks at its first use.
+    pub fn prepare_linear(&self, largest: Shape) -> Result<()> {
+        let mut dense = self.dense_path();
+        self.ensure_blas(&mut dense)?;
+        self.ensure_scratch(&mut dense, largest.numel() * 2)?;
+        Ok(())
+    }
+
+    fn dense_path(&self) -> MutexGuard<'_, DensePath> {
+        // A panic while holding the lock leaves no half-updated state that
+        // matters (buffers are replaced whole), so a poisoned lock is usable.
+        self.linear.dense.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Refuses to allocate while the stream is being captured: an
+    /// allocation inside a capture would belong to the graph, not to us.
+    fn check_not_capturing(&self, what: &str) -> Result<()> {
+        match self.stream().capture_status()? {
+            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Ok(()),
+            _ => Err(not_applicable(
+                Kernel::DequantCublas,
+                format!(
+                    "{what} during a CUDA graph capture; make one eager call (or Context::prepare_linear) before capturing"
+                ),
+            )),
+        }
+    }
+
+    /// Runs `f` with the cuBLAS handle and the scratch buffer grown to at
+    /// least `bytes` (its device address), holding the lock for the call so
+    /// that no other matmul reuses the scratch before `f` has enqueued its
+    /// work. Used by the MoE dequant + cuBLAS path.
+    pub(crate) fn with_blas_scratch<R>(
+        &self,
+        bytes: usize,
+        f: impl FnOnce(cublas_sys::cublasHandle_t, u64) -> Result<R>,
+    ) -> Result<R> {
+        let mut guard = self.dense_path();
+        self.ensure_blas(&mut guard)?;
+        self.ensure_scratch(&mut guard, bytes)?;
+        let DensePath { blas: Some(blas), scratch: Some(scratch) } = &mut *guard else {
+            return Err(not_applicable(Kernel::DequantCublas, "cuBLAS or the scratch buffer is missing"));
+        };
+        let (base, _record) = scratch.device_ptr_mut(self.stream());
+        self.cuda().bind_to_thread()?;
+        f(*blas.handle.handle(), base)
+    }
+
+    fn ensure_blas(&self, dense: &mut DensePath) -> Result<()> {
+        if dense.blas.is_some() {
+            return Ok(());
+        }
+        self.check_not_capturing("creating the cuBLAS handle")?;
+        // cudarc's loader panics when the library is absent: ask first.
+        if !unsafe { cublas_sys::is_culib_present() } {
+            return Err(not_applicable(Kernel::DequantCublas, "the cuBLAS library (libcublas.so) is not installed"));
+        }
+        let handle = CudaBlas::new(self.stream().clone())?;
+        let mut workspace = self.stream().alloc_zeros::<u8>(CUBLAS_WORKSPACE)?;
+        let (wp, record) = workspace.device_ptr_mut(self.stream());
+        // After cublasSetStream (done by CudaBlas::new), which resets the workspace.
+        unsafe { cublas_sys::cublasSetWorkspace_v2(*handle.handle(), wp as *mut c_void, CUBLAS_WORKSPACE) }.result()?;
+        drop(record);
+        dense.blas = Some(Blas { handle, _workspace: workspace });
+        Ok(())
+    }
+
+    fn ensure_scratch(&self, dense: &mut DensePath, bytes: usize) -> Result<()> {
+        if dense.scratch.as_ref().is_some_and(|s| s.len() >= bytes) {
+            return Ok(());
+        }
+        self.check_not_capturing("growing the dequantization scratch buffer")?;
+        // Free the old buffer first (stream-ordered) so peak memory stays one buffer.
+        dense.scratch = None;
+        dense.scratch = Some(unsafe { self.stream().alloc::<u8>(bytes) }?);
+        Ok(())
+    }
+
+    /// Kernel 3: dequantize `w` into the scratch buffer, then one cuBLAS
+    /// GemmEx with f32 accumulation.
+    fn dequant_cublas<T: Element>(
+        &self,
+        x: &impl DevicePtr<T>,
+        m: usize,
+        w: &KbitWeight,
+        y: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
+        let shape = w.shape();
+        let s = self.stream();
+        // Held for the whole call: the scratch is reused by the next call,
+        // which the stream orders after this GEMM.
+        let mut guard = self.dense_path();
+        self.ensure_blas(&mut guard)?;
+        self.ensure_scratch(&mut guard, shape.numel() * std::mem::size_of::<T>())?;
+        let DensePath { blas: Some(blas), scratch: Some(scratch) } = &mut *guard else {
+            return Err(not_applicable(Kernel::DequantCublas, "cuBLAS or the scratch buffer is missing"));
+        };
+        // T is f16 or bf16 (2 bytes, any bit pattern valid), and the scratch
+        // holds at least numel·2 bytes.
+        let mut wt = unsafe { scratch.transmute_mut::<T>(shape.numel()) }
+            .ok_or_else(|| not_applicable(Kernel::DequantCublas, "scratch buffer too small"))?;
+        self.dequantize(w, &mut wt)?;
+
+        let (wp, _gw) = wt.device_ptr(s);
+        let (xp, _gx) = x.device_ptr(s);
+        let (yp, _gy) = y.device_ptr_mut(s);
+        let ty = cuda_type(T::DTYPE);
+        let (n, k, m) = (shape.n as i32, shape.k as i32, m as i32);
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // Row-major y[M, N] = x[M, K]·W[N, K]ᵀ is column-major yᵀ[N, M] =
+        // W·xᵀ. Column-major, W is A = [K, N] (lda = K) used transposed, x is
+        // B = [K, M] (ldb = K) used as is, and yᵀ is C = [N, M] (ldc = N).
+        // beta = 0: cuBLAS does not read y (it may hold NaN).
+        self.cuda().bind_to_thread()?;
+        unsafe {
+            cublas::gemm_ex(
+                *blas.handle.handle(),
+                cublas_sys::cublasOperation_t::CUBLAS_OP_T,
+                cublas_sys::cublasOperation_t::CUBLAS_OP_N,
+                n,
+                m,
+                k,
+                (&alpha as *const f32).cast(),
+                wp as *const c_void,
+                ty,
+                k,
+                xp as *const c_void,
+                ty,
+                k,
+                (&beta as *const f32).cast(),
+                yp as *mut c_void,
+                ty,
+                n,
+                cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }?;
+        Ok(())
+    }
+}

@@ -1,0 +1,244 @@
+//! Kernel 2, the tensor-core dequant GEMM: `y[M, N] = x[M, K] · Wᵀ` for
+//! M = 1..=64 with f16 or bf16 activations, reading the runtime layout.
+//!
+//! Each call picks an instance (`ceil(M / 16)` m16 blocks, a 64- or
+//! 128-column tile by the split-K cost model), plans the persistent grid and
+//! the K splits ([`crate::splitk`]) for the device's SM count, and launches
+//! once on the context's stream. The split-K workspace and counters belong
+//! to the [`Context`] (allocated at creation); the kernel leaves the
+//! counters at zero, so calls need no memset, no allocation and no host
+//! synchronization, and can be captured in a CUDA graph.
+//!
+//! Numerics: each weight is `T(T(cb) · T(amax))` (codebook entry and E4M4
+//! scale converted to T, one product rounded to T), products and sums in
+//! f32 on the tensor cores, split partials added in f32 in split order (the
+//! result is bit-identical from call to call), one rounding to T at the end.
+
+use crate::device::dptr;
+use crate::module::{MMA_M_BLOCKS, MMA_TILE_N, mma_slot, names};
+use crate::splitk::{self, Limits, Plan, Splits, TileConfig};
+use crate::weight::check_len;
+use crate::{Context, DeviceInfo, Dtype, Element, Error, KbitWeight, Result};
+use cudarc::driver::sys::CUfunction_attribute as FnAttr;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use kbit_format::mma as geo;
+use std::sync::Arc;
+
+/// f32 values of the split-K workspace a context allocates (16 MiB): room
+/// for e.g. 512 partial tiles of 16 × 128 or 128 of 64 × 128.
+pub const SPLITK_WORKSPACE_F32: usize = 1 << 22;
+/// Split-K arrival counters a context allocates.
+pub const SPLITK_COUNTERS: usize = 1 << 14;
+/// Shared memory the driver reserves per block on sm_80 and newer.
+const RESERVED_SMEM: usize = 1024;
+
+/// Options of [`Context::mma_gemm_with`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MmaOptions {
+    /// Split-K policy.
+    pub splits: Splits,
+    /// Plan for this many SMs instead of the device's (tests of other GPUs'
+    /// split choices; any count gives correct results).
+    pub sm_count_override: Option<u32>,
+}
+
+/// How one kernel instance runs on this device.
+#[derive(Clone, Copy, Debug)]
+struct Instance {
+    stages: u32,
+    blocks_per_sm: u32,
+    smem_bytes: u32,
+}
+
+/// The context's tensor-core GEMM state: per-instance launch configuration
+/// and the split-K workspace and counters.
+pub(crate) struct MmaState {
+    instances: Vec<Option<Instance>>,
+    workspace: CudaSlice<f32>,
+    counters: CudaSlice<u32>,
+}
+
+impl MmaState {
+    /// Chooses every instance's pipeline depth from the device's shared
+    /// memory, opts it into that much dynamic shared memory, asks the driver
+    /// how many blocks stay resident, and allocates the zeroed workspace.
+    pub(crate) fn new(stream: &Arc<CudaStream>, kernels: &crate::module::Kernels, info: &DeviceInfo) -> Result<Self> {
+        let mut instances = Vec::with_capacity(kernels.mma.len());
+        for bits in crate::module::BITS {
+            for mb in MMA_M_BLOCKS {
+                for tn in MMA_TILE_N {
+                    for d in [Dtype::F16, Dtype::Bf16] {
+                        let f = &kernels.mma[mma_slot(bits, mb, tn, d).expect("mma table order")];
+                        let pick = splitk::stages_for(
+                            bits,
+                            mb,
+                            tn,
+                            info.max_smem_per_block,
+                            info.max_smem_per_sm,
+                            RESERVED_SMEM,
+                        );
+                        let inst = match pick {
+                            None => None,
+                            Some((stages, blocks)) => {
+                                let smem = geo::smem_bytes(mb, tn / 32, bits, stages);
+                                f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+                                let resident = f.occupancy_max_active_blocks_per_multiprocessor(
+                                    geo::THREADS,
+                                    smem as usize,
+                                    None,
+                                )?;
+                                (resident > 0).then_some(Instance {
+                                    stages,
+                                    blocks_per_sm: resident.min(blocks),
+                                    smem_bytes: smem,
+                                })
+                            }
+                        };
+                        instances.push(inst);
+                    }
+                }
+            }
+        }
+        Ok(Self {
+            instances,
+            workspace: stream.alloc_zeros::<f32>(SPLITK_WORKSPACE_F32)?,
+            counters: stream.alloc_zeros::<u32>(SPLITK_COUNTERS)?,
+        })
+    }
+
+    fn limits(&self) -> Limits {
+        Limits { workspace_f32: self.workspace.len(), counters: self.counters.len() }
+    }
+}
+
+impl Context {
+    /// `y[m, N] = x[m, K] · Wᵀ` on the tensor cores (kernel 2), for
+    /// `m` in 1..=64, f16 or bf16 `x` and `y` (row-major, contiguous), with
+    /// split-K chosen for this GPU. Asynchronous; allocates nothing.
+    ///
+    /// ```no_run
+    /// use half::f16;
+    /// let ctx = kbit::Context::new(0)?;
+    /// let shape = kbit::Shape::new(4096, 2048)?;
+    /// let w: Vec<f32> = (0..shape.numel()).map(|i| ((i * 7) % 13) as f32 / 13.0 - 0.5).collect();
+    /// let flat = kbit::reference::quantize(&w, shape, &kbit::Codebook::nf(4)?)?;
+    /// let weight = ctx.upload(&kbit::reference::repack(&flat, kbit::ScaleMode::Strict)?)?;
+    /// let x = ctx.stream().clone_htod(&vec![f16::from_f32(0.5); 8 * 2048])?;
+    /// let mut y = ctx.stream().alloc_zeros::<f16>(8 * 4096)?;
+    /// ctx.mma_gemm(&x, 8, &weight, &mut y)?;
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Mismatch`] for f32 data, [`Error::Rows`] for `m` outside
+    /// 1..=64, [`Error::Length`] for `x` or `y` lengths other than `m·K` and
+    /// `m·N`, [`Error::Alignment`] if `x` is not 16-byte aligned,
+    /// [`Error::SharedMemory`] if the instance does not fit the device.
+    pub fn mma_gemm<T: Element>(
+        &self,
+        x: &impl DevicePtr<T>,
+        m: usize,
+        w: &KbitWeight,
+        y: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
+        self.mma_gemm_with(x, m, w, y, MmaOptions::default()).map(|_| ())
+    }
+
+    /// [`Context::mma_gemm`] with an explicit split-K policy and SM count;
+    /// returns the plan it launched.
+    ///
+    /// # Errors
+    /// As [`Context::mma_gemm`], plus [`Error::SplitK`] for `Fixed(0)`, an
+    /// SM count of 0, or a fixed split count the workspace cannot hold.
+    pub fn mma_gemm_with<T: Element>(
+        &self,
+        x: &impl DevicePtr<T>,
+        m: usize,
+        w: &KbitWeight,
+        y: &mut impl DevicePtrMut<T>,
+        opts: MmaOptions,
+    ) -> Result<Plan> {
+        let plan = self.mma_plan(T::DTYPE, m, w, opts)?;
+        let shape = w.shape();
+        check_len("activations", m * shape.k, x.len())?;
+        check_len("output", m * shape.n, y.len())?;
+        let s = self.stream();
+        let xp = dptr(x, self);
+        if xp % 16 != 0 {
+            return Err(Error::Alignment { what: "activations", align: 16 });
+        }
+        let (yp, _guard) = y.device_ptr_mut(s);
+        let bits = w.bits();
+        let slot = mma_slot(bits, plan.tile.m_blocks, plan.tile.tile_n, T::DTYPE).expect("planned instance exists");
+        let f = &self.kernels.mma[slot];
+        let (pp, sp, cp) = (dptr(&w.packed, self), dptr(&w.scales, self), dptr(&w.cb, self));
+        let (wsp, ctp) = (dptr(&self.mma.workspace, self), dptr(&self.mma.counters, self));
+        let pairs = (shape.n % 2 == 0 && yp % 4 == 0) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (plan.grid, 1, 1),
+            block_dim: (geo::THREADS, 1, 1),
+            shared_mem_bytes: plan.smem_bytes,
+        };
+        let (mu, nu, ku) = (plan.m, plan.n, plan.k);
+        unsafe {
+            s.launch_builder(f)
+                .arg(&xp)
+                .arg(&pp)
+                .arg(&sp)
+                .arg(&cp)
+                .arg(&yp)
+                .arg(&wsp)
+                .arg(&ctp)
+                .arg(&mu)
+                .arg(&nu)
+                .arg(&ku)
+                .arg(&plan.k_tiles)
+                .arg(&plan.splits)
+                .arg(&plan.tiles_per_split)
+                .arg(&plan.items)
+                .arg(&plan.tile.stages)
+                .arg(&pairs)
+                .launch(cfg)
+        }?;
+        Ok(plan)
+    }
+
+    /// The plan [`Context::mma_gemm_with`] would launch for `m` rows of
+    /// `dtype` activations and weight `w` (no GPU work).
+    ///
+    /// The tile width is the one with the lower estimated cost
+    /// ([`splitk::cost`] × tile width) under automatic splitting; the split
+    /// policy of `opts` is then applied to it.
+    pub fn mma_plan(&self, dtype: Dtype, m: usize, w: &KbitWeight, opts: MmaOptions) -> Result<Plan> {
+        if dtype == Dtype::F32 {
+            return Err(Error::Mismatch { what: "mma_gemm dtype", left: "f32".into(), right: "f16 or bf16".into() });
+        }
+        if m == 0 || m > geo::MAX_M as usize {
+            return Err(Error::Rows { m, max: geo::MAX_M as usize });
+        }
+        let sms = opts.sm_count_override.unwrap_or(self.info().sm_count);
+        let shape = w.shape();
+        let bits = w.bits();
+        let mb = m.div_ceil(16) as u32;
+        let limits = self.mma.limits();
+        let mut best: Option<(f64, TileConfig)> = None;
+        for tn in [128, 64] {
+            let slot = mma_slot(bits, mb, tn, dtype).expect("mma instance exists");
+            let Some(inst) = self.mma.instances[slot] else { continue };
+            let tile = TileConfig { m_blocks: mb, tile_n: tn, stages: inst.stages, blocks_per_sm: inst.blocks_per_sm };
+            debug_assert_eq!(inst.smem_bytes, geo::smem_bytes(mb, tn / 32, bits, inst.stages));
+            let auto = splitk::plan(m, shape.n, shape.k, bits, sms, tile, Splits::Auto, limits)?;
+            let c = splitk::cost(auto.n_tiles, auto.k_tiles, auto.splits, sms, mb, bits) * tn as f64;
+            if best.is_none_or(|(bc, _)| c < bc) {
+                best = Some((c, tile));
+            }
+        }
+        let Some((_, tile)) = best else {
+            return Err(Error::SharedMemory {
+                kernel: names::mma(bits, mb, 64, dtype),
+                available: self.info().max_smem_per_block,
+            });
+        };
+        splitk::plan(m, shape.n, shape.k, bits, sms, tile, opts.splits, limits)
+    }
+}

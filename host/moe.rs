@@ -1,0 +1,261 @@
+//! `expert_linear`: the MoE matmul over all active experts in one call, and
+//! its dispatch.
+//!
+//! ```text
+//! max_m ≤ 4   grouped scalar GEMV (kernel 4): one launch over all experts
+//! max_m > 4   dequant + cuBLAS: grouped dequantize of the active experts
+//!             → gather x into [E, max_m, K] (zero rows past each expert's
+//!             count) → one strided-batched GEMM → scatter back to y
+//! ```
+//!
+//! Neither path reads `expert_offsets` on the host: row counts stay on the
+//! device and `max_m` (≥ every expert's rows) sizes the launches, so a call
+//! never waits for the GPU and can be captured in a CUDA graph. An expert
+//! with more rows than `max_m` is reported by [`Context::synchronize`]
+//! ([`Error::ExpertRows`]) on the cuBLAS path.
+
+use crate::context::STATUS_EXPERT_ROWS;
+use crate::device::dptr;
+use crate::linear::cuda_type;
+use crate::weight::check_len;
+use crate::{Context, Dtype, Element, Error, KbitExperts, Kernel, Result};
+use cudarc::cublas::{result as cublas, sys as cublas_sys};
+use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use std::ffi::c_void;
+
+/// Largest `max_m` the grouped scalar GEMV serves.
+const GROUPED_SCALAR_MAX_M: usize = 4;
+
+fn not_applicable(kernel: Kernel, why: impl Into<String>) -> Error {
+    Error::NotApplicable { kernel, why: why.into() }
+}
+
+/// Rounds a byte offset up to 256 (cuBLAS and vector accesses like aligned
+/// operands).
+fn align256(b: usize) -> usize {
+    b.div_ceil(256) * 256
+}
+
+impl Context {
+    /// The MoE matmul: for every expert `e`, `y[r] = x[r] · W_eᵀ` for its rows
+    /// `r` in `expert_offsets[e] .. expert_offsets[e + 1]`. `x` is
+    /// `[total_rows, K]` and `y` `[total_rows, N]`, row-major, f16 or bf16;
+    /// `expert_offsets` (u32, `num_experts + 1`, non-decreasing from 0) stays
+    /// on the device; `max_m` must be ≥ every expert's row count and sizes
+    /// the launch. Returns the kernel that ran. Asynchronous, no host sync.
+    ///
+    /// ```no_run
+    /// use half::f16;
+    /// use kbit::{Codebook, ScaleMode, Shape, reference};
+    /// let ctx = kbit::Context::new(0)?;
+    /// let shape = Shape::new(512, 2048)?;
+    /// let cb = Codebook::nf(4)?;
+    /// let experts: Vec<_> = (0..8)
+    ///     .map(|e| {
+    ///         let w: Vec<f32> = (0..shape.numel()).map(|i| ((i + e) as f32 * 0.1).sin()).collect();
+    ///         reference::repack(&reference::quantize(&w, shape, &cb)?, ScaleMode::Strict)
+    ///     })
+    ///     .collect::<kbit::Result<_>>()?;
+    /// let experts = ctx.upload_experts(&experts)?;
+    /// // 6 rows routed to experts 0, 0, 2, 5, 5, 5.
+    /// let offsets = ctx.stream().clone_htod(&[0u32, 2, 2, 3, 3, 3, 6, 6, 6])?;
+    /// let x = ctx.stream().clone_htod(&vec![f16::from_f32(0.1); 6 * shape.k])?;
+    /// let mut y = ctx.stream().alloc_zeros::<f16>(6 * shape.n)?;
+    /// let kernel = ctx.expert_linear(&x, &offsets, 3, &experts, &mut y)?;
+    /// assert_eq!(kernel, kbit::Kernel::GroupedScalar);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Mismatch`] for f32 activations, an `x` length not a multiple
+    /// of K, or more rows than `max_m × num_experts`; [`Error::Rows`] for
+    /// `max_m = 0`; [`Error::Length`] for `expert_offsets` or `y`;
+    /// [`Error::NotApplicable`] when a forced kernel cannot serve the call.
+    pub fn expert_linear<T: Element>(
+        &self,
+        x: &impl DevicePtr<T>,
+        expert_offsets: &impl DevicePtr<u32>,
+        max_m: usize,
+        experts: &KbitExperts,
+        y: &mut impl DevicePtrMut<T>,
+    ) -> Result<Kernel> {
+        let kernel = match self.forced_kernel() {
+            Some(k @ Kernel::GroupedScalar) if max_m > GROUPED_SCALAR_MAX_M => {
+                return Err(not_applicable(k, format!("max_m = {max_m} > {GROUPED_SCALAR_MAX_M}")));
+            }
+            Some(k @ (Kernel::GroupedScalar | Kernel::DequantCublas)) => k,
+            Some(k) => return Err(not_applicable(k, "expert_linear runs grouped_scalar or dequant_cublas")),
+            None if max_m <= GROUPED_SCALAR_MAX_M => Kernel::GroupedScalar,
+            None => Kernel::DequantCublas,
+        };
+        match kernel {
+            Kernel::GroupedScalar => self.grouped_gemv(x, expert_offsets, max_m, experts, y)?,
+            _ => self.experts_dequant_cublas(x, expert_offsets, max_m, experts, y)?,
+        }
+        self.record_kernel(kernel);
+        Ok(kernel)
+    }
+
+    /// The batched dequant + cuBLAS path over experts (any `max_m`).
+    fn experts_dequant_cublas<T: Element>(
+        &self,
+        x: &impl DevicePtr<T>,
+        expert_offsets: &impl DevicePtr<u32>,
+        max_m: usize,
+        experts: &KbitExperts,
+        y: &mut impl DevicePtrMut<T>,
+    ) -> Result<()> {
+        let shape = experts.shape();
+        let e = experts.num_experts();
+        if T::DTYPE == Dtype::F32 {
+            return Err(Error::Mismatch {
+                what: "expert_linear: activation dtype",
+                left: "f32".into(),
+                right: "f16 or bf16".into(),
+            });
+        }
+        if max_m == 0 || max_m > i32::MAX as usize {
+            return Err(Error::Rows { m: max_m, max: i32::MAX as usize });
+        }
+        check_len("expert_linear: expert_offsets (experts + 1)", e + 1, expert_offsets.len())?;
+        if x.len() % shape.k != 0 {
+            return Err(Error::Mismatch {
+                what: "expert_linear: activation length must be a multiple of K",
+                left: x.len().to_string(),
+                right: format!("K = {}", shape.k),
+            });
+        }
+        let rows = x.len() / shape.k;
+        check_len("expert_linear: output y (rows·N)", rows * shape.n, y.len())?;
+        if rows > max_m.saturating_mul(e) {
+            return Err(Error::Mismatch {
+                what: "expert_linear: rows of x exceed max_m × experts",
+                left: format!("{rows} rows"),
+                right: format!("max_m {max_m} × {e} experts"),
+            });
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        let padded = e.checked_mul(max_m).filter(|p| p * shape.k.max(shape.n) < u32::MAX as usize);
+        let Some(padded) = padded else { return Err(Error::TooLarge { n: e * max_m, k: shape.k }) };
+        // Scratch: [E, N, K] weights | [E, max_m, K] x | [E, max_m, N] y.
+        let w_bytes = align256(e * shape.numel() * 2);
+        let x_bytes = align256(padded * shape.k * 2);
+        let y_bytes = padded * shape.n * 2;
+        let s = self.stream();
+        let xp = dptr(x, self);
+        let op = dptr(expert_offsets, self);
+        let (yp, _gy) = y.device_ptr_mut(s);
+        let slot = (T::DTYPE == Dtype::Bf16) as usize;
+        let sm = self.info().sm_count as u64;
+        let (n, k, ne, mm) = (shape.n as u32, shape.k as u32, e as u32, max_m as u32);
+        self.with_blas_scratch(w_bytes + x_bytes + y_bytes, |handle, base| {
+            let (ws, xs, ys) = (base, base + w_bytes as u64, base + (w_bytes + x_bytes) as u64);
+            // 1. Dequantize the experts that have rows (blockIdx.y = expert).
+            let per_expert = (shape.num_blocks() as u64 * 4).div_ceil(256);
+            let bx = per_expert.clamp(1, (sm * 32 / e as u64).max(1)) as u32;
+            let cfg = LaunchConfig { grid_dim: (bx, ne, 1), block_dim: (256, 1, 1), shared_mem_bytes: 128 };
+            let f = &self.kernels.grouped_dequant[(experts.bits() - 2) as usize][slot];
+            let (pp, sp, cp) = (dptr(&experts.packed, self), dptr(&experts.scales, self), dptr(&experts.cb, self));
+            unsafe { s.launch_builder(f).arg(&pp).arg(&sp).arg(&cp).arg(&ws).arg(&op).arg(&n).arg(&k).launch(cfg) }?;
+            // 2. Gather x rows into the padded per-expert batch.
+            let status = self.status_ptr(STATUS_EXPERT_ROWS);
+            let cfg = self.grid_stride(padded as u64 * shape.k as u64, 0);
+            let g = &self.kernels.moe_rows[0];
+            unsafe {
+                s.launch_builder(g).arg(&xp).arg(&op).arg(&xs).arg(&status).arg(&ne).arg(&mm).arg(&k).launch(cfg)
+            }?;
+            // 3. One strided-batched GEMM: per expert, column-major
+            //    yᵀ[N, max_m] = W[N, K]·xᵀ (W as A = [K, N] transposed).
+            let ty = cuda_type(T::DTYPE);
+            let (alpha, beta) = (1.0f32, 0.0f32);
+            unsafe {
+                cublas::gemm_strided_batched_ex(
+                    handle,
+                    cublas_sys::cublasOperation_t::CUBLAS_OP_T,
+                    cublas_sys::cublasOperation_t::CUBLAS_OP_N,
+                    n as i32,
+                    mm as i32,
+                    k as i32,
+                    (&alpha as *const f32).cast(),
+                    ws as *const c_void,
+                    ty,
+                    k as i32,
+                    shape.numel() as i64,
+                    xs as *const c_void,
+                    ty,
+                    k as i32,
+                    (max_m * shape.k) as i64,
+                    (&beta as *const f32).cast(),
+                    ys as *mut c_void,
+                    ty,
+                    n as i32,
+                    (max_m * shape.n) as i64,
+                    e as i32,
+                    cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+            }?;
+            // 4. Scatter each expert's real rows to y.
+            let cfg = self.grid_stride(padded as u64 * shape.n as u64, 0);
+            let sc = &self.kernels.moe_rows[1];
+            unsafe { s.launch_builder(sc).arg(&ys).arg(&op).arg(&yp).arg(&ne).arg(&mm).arg(&n).launch(cfg) }?;
+            Ok(())
+        })
+    }
+}
+
+impl Context {
+    /// Concatenates device weights of equal shape and codebook into
+    /// [`KbitExperts`] with device-to-device copies (asynchronous), e.g.
+    /// after quantizing each expert on the GPU.
+    ///
+    /// ```no_run
+    /// let ctx = kbit::Context::new(0)?;
+    /// let shape = kbit::Shape::new(512, 2048)?;
+    /// let w = ctx.stream().alloc_zeros::<half::f16>(shape.numel())?;
+    /// let cb = kbit::Codebook::nf(4)?;
+    /// let one = ctx.repack(&ctx.quantize(&w, shape, &cb)?, kbit::ScaleMode::Strict)?;
+    /// let experts = ctx.concat_experts(&[&one, &one])?;
+    /// assert_eq!(experts.num_experts(), 2);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Mismatch`] for an empty list or differing shapes/codebooks.
+    pub fn concat_experts(&self, experts: &[&crate::KbitWeight]) -> Result<KbitExperts> {
+        let Some(first) = experts.first() else {
+            return Err(Error::Mismatch {
+                what: "concat_experts: number of experts",
+                left: "0".into(),
+                right: "at least 1".into(),
+            });
+        };
+        for (e, w) in experts.iter().enumerate() {
+            if w.shape() != first.shape() || w.codebook() != first.codebook() {
+                return Err(Error::Mismatch {
+                    what: "concat_experts: expert shapes and codebooks",
+                    left: format!("expert 0: {:?}, k = {}", first.shape(), first.bits()),
+                    right: format!("expert {e}: {:?}, k = {}", w.shape(), w.bits()),
+                });
+            }
+        }
+        let s = self.stream();
+        let (words, scales) = (first.packed.len(), first.scales.len());
+        let mut packed = s.alloc_zeros::<u32>(words * experts.len())?;
+        let mut sc = s.alloc_zeros::<u8>(scales * experts.len())?;
+        for (e, w) in experts.iter().enumerate() {
+            s.memcpy_dtod(&w.packed, &mut packed.slice_mut(e * words..(e + 1) * words))?;
+            s.memcpy_dtod(&w.scales, &mut sc.slice_mut(e * scales..(e + 1) * scales))?;
+        }
+        Ok(KbitExperts {
+            num_experts: experts.len(),
+            shape: first.shape(),
+            codebook: first.codebook().clone(),
+            cb: s.clone_dtod(&first.cb)?,
+            packed,
+            scales: sc,
+        })
+    }
+}

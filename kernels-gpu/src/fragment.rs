@@ -1,0 +1,184 @@
+//! B fragments of `mma.m16n8k16` dequantized in registers: bit planes →
+//! codebook lookup (a per-lane table in shared memory) → × E4M4 block scale.
+//!
+//! Numerics: every weight is `T(T(cb[i]) · T(amax))`: the table holds the
+//! codebook entries rounded to T, the scale byte decodes exactly to T, and
+//! the product is one IEEE multiply in T rounded to nearest even
+//! (`mul.rn.f16x2`, or `fma.rn.bf16x2` with a −0 addend for bf16).
+//!
+//! Plane view. Lane `l` (t = l % 4) of a warp holds, for its column and
+//! quant block, elements `8q + 2t + e` (q = 0..4, e = 0, 1): byte q of the
+//! block's 32-bit plane words, bits 2t and 2t+1. Byte q = 2s + r feeds
+//! register `b_r` of k16 step s of the block (mma B map: b0 = k 2t, 2t+1;
+//! b1 = k 2t+8, 2t+9), e = 0 the low half. Rotating plane j right by
+//! `2t − 2j` moves those two bits to bits `8q + 2j, 8q + 2j + 1`, so k
+//! rotates and masks build, in byte q, the 2k-bit index of the pair
+//! (`a0 b0 a1 b1 …`, LSB first) used to address the pair table.
+//!
+//! Table (per lane, so 32 lanes with arbitrary indices hit 32 distinct
+//! banks): word `e·32 + lane`. For k ≤ 4, entry e is a pair index and holds
+//! `T(cb[a]) | T(cb[b]) << 16` (4^k entries: 2, 8, 32 KiB); for k = 5 the
+//! pair table would be 128 KiB, so entry e is a single index holding
+//! `T(cb[e])` in both halves (4 KiB) and each pair takes two lookups.
+
+use crate::elem::{Bf16, Elem, F16};
+use crate::ptx;
+use kbit_format::mma::{THREADS, deinterleave, entry_mask, entry_shifted, pair_indices, single_indices, table_entries};
+
+/// An mma input type: f16 or bf16.
+pub trait MmaElem: Elem<Raw = u16> {
+    /// `T(lo) | T(hi) << 16`, both rounded to nearest even.
+    fn pack(lo: f32, hi: f32) -> u32;
+    /// An E4M4 scale byte decoded exactly to T, in both halves.
+    fn scale_x2(byte: u32) -> u32;
+    /// Two products, each rounded once to T.
+    fn mul_x2(a: u32, b: u32) -> u32;
+    /// `D = A·B + C`, m16n8k16, f32 accumulators.
+    fn mma(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4];
+}
+
+impl MmaElem for F16 {
+    #[inline(always)]
+    fn pack(lo: f32, hi: f32) -> u32 {
+        ptx::f32_to_f16(lo) as u32 | (ptx::f32_to_f16(hi) as u32) << 16
+    }
+    /// `byte << 6` in f16 is the E4M4 value × 2^−4 exactly (same mantissa
+    /// bits, exponent bias 15 instead of 11, subnormals included), so one
+    /// exact multiply by 16 finishes the decode.
+    #[inline(always)]
+    fn scale_x2(byte: u32) -> u32 {
+        ptx::mul_f16x2(byte * 0x0040_0040, 0x4C00_4C00)
+    }
+    #[inline(always)]
+    fn mul_x2(a: u32, b: u32) -> u32 {
+        ptx::mul_f16x2(a, b)
+    }
+    #[inline(always)]
+    fn mma(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
+        ptx::mma_f16(a, b, c)
+    }
+}
+
+/// −0 in both bf16 halves: the addend that turns `fma` into a rounded multiply.
+const BF16_NEG_ZERO_X2: u32 = 0x8000_8000;
+
+impl MmaElem for Bf16 {
+    #[inline(always)]
+    fn pack(lo: f32, hi: f32) -> u32 {
+        ptx::f32_to_bf16(lo) as u32 | (ptx::f32_to_bf16(hi) as u32) << 16
+    }
+    /// `byte << 3` in bf16 is the E4M4 value × 2^−116 exactly (bias 127
+    /// instead of 11, subnormals included); × 2^116 (0x7980) is exact.
+    #[inline(always)]
+    fn scale_x2(byte: u32) -> u32 {
+        ptx::fma_bf16x2(byte * 0x0008_0008, 0x7980_7980, BF16_NEG_ZERO_X2)
+    }
+    #[inline(always)]
+    fn mul_x2(a: u32, b: u32) -> u32 {
+        ptx::fma_bf16x2(a, b, BF16_NEG_ZERO_X2)
+    }
+    #[inline(always)]
+    fn mma(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
+        ptx::mma_bf16(a, b, c)
+    }
+}
+
+/// Fills the per-lane lookup table at shared address `tbl` (see the module
+/// docs). Every entry is 32 identical words (one per lane), written as 8
+/// 16-byte stores. The caller's next block barrier publishes it.
+///
+/// # Safety
+/// `cb` holds `2^K` floats; `tbl` has `table_bytes(K)` bytes of shared memory.
+#[inline(always)]
+pub unsafe fn build_table<const K: usize, T: MmaElem>(tbl: u32, cb: *const f32, tid: u32) {
+    let vecs = table_entries(K as u32) * 8;
+    let mut i = tid;
+    while i < vecs {
+        let e = i >> 3;
+        let v = unsafe {
+            if K <= 4 {
+                T::pack(*cb.add(deinterleave(e, 0, K as u32) as usize), *cb.add(deinterleave(e, 1, K as u32) as usize))
+            } else {
+                let c = *cb.add(e as usize);
+                T::pack(c, c)
+            }
+        };
+        unsafe { ptx::st_shared_v4(tbl + 16 * i, [v; 4]) };
+        i += THREADS;
+    }
+}
+
+/// The `K` plane words of one quant block from shared memory, as wide as
+/// alignment allows (k = 2: 8 bytes, k = 4: 16 bytes; odd k: 4-aligned).
+///
+/// # Safety
+/// `addr` is a shared address of `K` words, aligned to 8 (K = 2) or 16 (K = 4).
+#[inline(always)]
+pub unsafe fn load_planes<const K: usize>(addr: u32) -> [u32; K] {
+    let mut w = [0u32; K];
+    unsafe {
+        match K {
+            2 => {
+                let v = ptx::ld_shared_v2(addr);
+                w[0] = v[0];
+                w[1] = v[1];
+            }
+            4 => {
+                let v = ptx::ld_shared_v4(addr);
+                w[0] = v[0];
+                w[1] = v[1];
+                w[2] = v[2];
+                w[3] = v[3];
+            }
+            _ => {
+                for (j, wj) in w.iter_mut().enumerate() {
+                    *wj = ptx::ld_shared_u32(addr + 4 * j as u32);
+                }
+            }
+        }
+    }
+    w
+}
+
+/// Dequantizes one thread's 8 weights of a (column, quant block): returns
+/// the scaled b registers `[b0, b1]` of k16 step 0 then of step 1 of the
+/// block (see the module docs for the map).
+///
+/// `two_t` = 2·(lane % 4); `tbl` the table's shared address; `lane4` =
+/// 4·lane; `scale` the block's E4M4 byte. The entry offset (bits 7 and up)
+/// and the lane offset (bits 2..7) are OR-ed, one `lop3` with the mask, and
+/// the table base is added last so that it can fold into the load's
+/// immediate offset.
+///
+/// # Safety
+/// The table at `tbl` was built by [`build_table`] for `K`, `T`.
+#[inline(always)]
+pub unsafe fn dequant<const K: usize, T: MmaElem>(
+    planes: &[u32; K],
+    two_t: u32,
+    tbl: u32,
+    lane4: u32,
+    scale: u32,
+) -> [u32; 4] {
+    let s2 = T::scale_x2(scale);
+    let mut out = [0u32; 4];
+    if K <= 4 {
+        // Byte q of `x`: the pair index a0 b0 a1 b1 … of elements 8q+2t, 8q+2t+1.
+        let x = pair_indices(planes, two_t);
+        let mask = entry_mask(2 * K as u32);
+        for (q, o) in out.iter_mut().enumerate() {
+            let at = ptx::and_or(entry_shifted(x, q as u32), mask, lane4);
+            *o = T::mul_x2(unsafe { ptx::ld_shared_u32(tbl + at) }, s2);
+        }
+    } else {
+        // Byte q of `ea` / `eb`: the k-bit index of element 8q+2t / 8q+2t+1.
+        let (ea, eb) = single_indices(planes, two_t);
+        for (q, o) in out.iter_mut().enumerate() {
+            let mask = entry_mask(K as u32);
+            let lo = unsafe { ptx::ld_shared_u32(tbl + ptx::and_or(entry_shifted(ea, q as u32), mask, lane4)) };
+            let hi = unsafe { ptx::ld_shared_u32(tbl + ptx::and_or(entry_shifted(eb, q as u32), mask, lane4)) };
+            *o = T::mul_x2((lo & 0xFFFF) | (hi << 16), s2);
+        }
+    }
+    out
+}

@@ -1,0 +1,483 @@
+//! Kernel 2: tensor-core dequant GEMM `y[M, N] = x[M, K] · Wᵀ`, M ≤ 64,
+//! reading the runtime (tiled) weight layout. A bandwidth engine: the weight
+//! stream is read once, 16 bytes per `cp.async`, several stages deep, and
+//! dequantized straight into `mma.m16n8k16` B fragments.
+//!
+//! # Block tile and thread maps
+//!
+//! 256 threads = 8 warps; a block computes 16·MB rows (all of M: rows ≥ M
+//! are zero-filled) × TILE_N = 32·NF columns, one 64-wide K tile per stage.
+//! Warp w: K half `kh = w / 4` (quant block h of the tile, k16 steps 2kh and
+//! 2kh+1), column group `cg = w % 4` (8·NF columns). Lane l, g = l / 4,
+//! t = l % 4 (`kbit_format::mma` holds these maps as functions, unit-tested
+//! on the CPU):
+//! - A (ldmatrix.x4): lane l addresses row `16mb + l % 16`, 8-column chunk
+//!   `2·kstep + l / 16`, giving a0..a3 = A[g | g+8][2t.. | 2t+8..].
+//! - B (dequantized): lane l holds column `cg·8NF + 8f + g`, elements
+//!   `8q + 2t + e` of the warp's quant block (see `fragment`): q = 0, 1 →
+//!   b0, b1 of step 2kh, q = 2, 3 → b0, b1 of step 2kh+1.
+//! - C (accumulators, f32): c0, c1 = row `16mb + g`, columns `2t, 2t+1` of
+//!   fragment f; c2, c3 = row `16mb + g + 8`.
+//!
+//! # Shared memory (offsets in `kbit_format::mma`)
+//!
+//! `[table | misc | epilogue | stage 0 .. stage S-1]`. Per stage:
+//! - A: 16·MB rows × 128 bytes; 16-byte chunk c of row r at
+//!   `r·128 + 16·(c ^ (r % 8))` (XOR swizzle: the 8 rows of an ldmatrix
+//!   phase hit 8 distinct bank groups, as do a warp's cp.async writes).
+//! - W: the contiguous plane span of the tile's TILE_N columns (2·k words
+//!   per column), fetched from the 16-byte boundary below its start; column
+//!   c, block h starts at `off_w + (2k·c + k·h)·4`, `off_w` ∈ {0, 8}.
+//! - S: the span of 2·TILE_N scale bytes, likewise; (c, h) at `off_s + 2c + h`.
+//!
+//! Bytes past the last valid column (and past the arrays) are zero-filled
+//! by `cp.async`'s src-size; activations past M rows or K columns likewise
+//! (so `K % 64 == 32` never reads x beyond K, and its zero half tile
+//! multiplies zeros).
+//!
+//! # Pipeline
+//!
+//! The block walks its work items (persistent grid: items b, b + grid, …)
+//! as one stream of K tiles; a loader cursor runs S−1 tiles ahead of the
+//! compute cursor, across item boundaries. Each iteration: wait until
+//! ≤ S−2 copy groups are pending (the current tile has landed), barrier
+//! (everyone finished the previous tile, whose buffer is refilled next),
+//! issue the copies of tile i+S−1, commit (always, so group counting holds),
+//! compute tile i. Weights and scales carry an L2 evict-first policy.
+//!
+//! # Split-K protocol
+//!
+//! Item = (n tile, split); split s covers K tiles `[s·tps, min((s+1)·tps,
+//! k_tiles))`, never empty (the host plans `splits = ceil(k_tiles / tps)`).
+//! At an item's end the two K-half warps of each column group add their
+//! accumulators through the epilogue buffer. With one split the sum goes
+//! straight to y. Otherwise:
+//! 1. The K-half-0 threads store the f32 partial tile to its own workspace
+//!    slot `item` (fragment order, 16 B per thread and fragment) and each
+//!    executes `fence.acq_rel.gpu`; block barrier.
+//! 2. Thread 0: `atom.acq_rel.gpu.add(counter[n tile], 1)`; the block
+//!    learns through shared memory whether it saw `splits − 1` (last).
+//! 3. The last block fences, reads every split's slot in split order
+//!    0, 1, …, splits−1 (L2 loads, `ld.cg`) and adds them in that fixed
+//!    order, so the result is bit-identical whichever block arrives last;
+//!    it rounds to T, writes y, and resets the counter to 0.
+//!
+//! Every slot is fully written before it is read, so the workspace needs no
+//! clearing; the counters are left at zero. Steady state: no memset, no
+//! allocation, nothing host-side per call.
+
+use crate::fragment::{self, MmaElem};
+use crate::ptx;
+use core::num::NonZeroU32;
+use kbit_format::mma as geo;
+use kbit_format::tile::TILE_K;
+
+/// Runs `$body` with `$i` = 0, 1, … `$n − 1` (`$n` ≤ 4, a constant) as
+/// straight-line code. LLVM does not always fully unroll loops with large
+/// bodies, and a register array indexed by a loop variable then moves to the
+/// stack; constant indices keep the accumulators in registers.
+macro_rules! unrolled {
+    ($n:expr, $i:ident => $body:block) => {{
+        if 0 < $n {
+            let $i: usize = 0;
+            $body
+        }
+        if 1 < $n {
+            let $i: usize = 1;
+            $body
+        }
+        if 2 < $n {
+            let $i: usize = 2;
+            $body
+        }
+        if 3 < $n {
+            let $i: usize = 3;
+            $body
+        }
+    }};
+}
+
+/// Kernel arguments (all validated by the host).
+pub struct Args {
+    /// Activations `[M, K]`, 16-byte aligned.
+    pub x: *const u16,
+    /// Plane words of the runtime layout.
+    pub packed: *const u32,
+    /// E4M4 scale bytes of the runtime layout.
+    pub scales: *const u8,
+    /// Codebook, `2^k` f32.
+    pub cb: *const f32,
+    /// Output `[M, N]`.
+    pub y: *mut u16,
+    /// Split-K workspace: `items · slot_f32` floats (unused with 1 split).
+    pub ws: *mut f32,
+    /// Split-K arrival counters, one per n tile, zero on entry and exit.
+    pub counters: *mut u32,
+    /// Rows of x and y (1..=64).
+    pub m: u32,
+    /// Out features N.
+    pub n: u32,
+    /// In features K (a multiple of 32).
+    pub k: u32,
+    /// `ceil(K / 64)`.
+    pub k_tiles: u32,
+    /// Splits per n tile.
+    pub splits: u32,
+    /// K tiles per split.
+    pub tiles_per_split: u32,
+    /// n tiles × splits.
+    pub items: u32,
+    /// Pipeline stages (2..=8), matching the launch's shared memory.
+    pub stages: u32,
+    /// Bit 0: y may be written as 32-bit pairs (N even and y 4-aligned).
+    pub flags: u32,
+}
+
+/// One work item's position in the stream of K tiles.
+#[derive(Clone, Copy)]
+struct Cursor {
+    item: u32,
+    nt: u32,
+    kt: u32,
+    kt_end: u32,
+    n0: u32,
+    n_valid: u32,
+}
+
+/// What every cursor needs to walk the items.
+#[derive(Clone, Copy)]
+struct Sched {
+    n: u32,
+    k_tiles: u32,
+    splits: NonZeroU32,
+    tps: u32,
+    items: u32,
+    tile_n: u32,
+    grid: u32,
+}
+
+impl Cursor {
+    #[inline(always)]
+    fn at(item: u32, s: &Sched) -> Self {
+        let nt = item / s.splits;
+        let sp = item % s.splits;
+        let kt = sp * s.tps;
+        let n0 = nt * s.tile_n;
+        Self { item, nt, kt, kt_end: (kt + s.tps).min(s.k_tiles), n0, n_valid: s.n.saturating_sub(n0).min(s.tile_n) }
+    }
+
+    #[inline(always)]
+    fn live(&self, s: &Sched) -> bool {
+        self.item < s.items
+    }
+
+    /// Next K tile; past the item's last, the block's next item.
+    #[inline(always)]
+    fn advance(&mut self, s: &Sched) {
+        self.kt += 1;
+        if self.kt == self.kt_end {
+            *self = Self::at(self.item.saturating_add(s.grid), s);
+        }
+    }
+}
+
+/// Body of the `kbit_mma_k{K}_m{MB}_n{32·NF}_{T}` kernels.
+///
+/// # Safety
+/// The host validated every pointer and size in `a` (see [`Args`]); the
+/// launch has 256 threads, `smem_bytes(MB, NF, K, stages)` bytes of dynamic
+/// shared memory and at most `items` blocks.
+#[inline(always)]
+pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(a: &Args) {
+    const { assert!(MB >= 1 && MB <= 4 && (NF == 2 || NF == 4) && K >= 2 && K <= 5) };
+    let (kb, mbu, nfu) = (K as u32, MB as u32, NF as u32);
+    let tid = ptx::tid();
+    let smem = ptx::smem_base();
+    let tbl = smem;
+    let st0 = smem + geo::stages_offset(mbu, nfu, kb);
+    let stb = geo::stage_bytes(mbu, nfu, kb);
+    let st_end = st0 + a.stages * stb;
+    let next = |b: u32| if b + stb == st_end { st0 } else { b + stb };
+
+    unsafe { fragment::build_table::<K, T>(tbl, a.cb, tid) };
+
+    let Some(splits) = NonZeroU32::new(a.splits) else { return };
+    let s = Sched {
+        n: a.n,
+        k_tiles: a.k_tiles,
+        splits,
+        tps: a.tiles_per_split,
+        items: a.items,
+        tile_n: geo::tile_n(nfu),
+        grid: ptx::grid_dim(),
+    };
+    let policy = ptx::policy_evict_first();
+
+    let mut ld = Cursor::at(ptx::bid(), &s);
+    let mut cs = ld;
+    let (mut buf_w, mut buf_r) = (st0, st0);
+
+    // Prologue: the first S−1 tiles, one commit group each.
+    for _ in 1..a.stages {
+        if ld.live(&s) {
+            unsafe { issue::<K, MB, NF>(a, &ld, buf_w, tid, policy) };
+            ld.advance(&s);
+        }
+        ptx::cp_async_commit();
+        buf_w = next(buf_w);
+    }
+
+    let mut acc = [[[0f32; 4]; NF]; MB];
+    while cs.live(&s) {
+        ptx::cp_async_wait_dyn(a.stages - 2);
+        ptx::bar_sync();
+        if ld.live(&s) {
+            unsafe { issue::<K, MB, NF>(a, &ld, buf_w, tid, policy) };
+            ld.advance(&s);
+        }
+        ptx::cp_async_commit();
+        buf_w = next(buf_w);
+
+        unsafe { compute::<K, MB, NF, T>(a, &cs, buf_r, tbl, tid, &mut acc) };
+        buf_r = next(buf_r);
+
+        cs.kt += 1;
+        if cs.kt == cs.kt_end {
+            unsafe { epilogue::<K, MB, NF, T>(a, &cs, &s, smem, tid, &acc) };
+            acc = [[[0f32; 4]; NF]; MB];
+            cs = Cursor::at(cs.item.saturating_add(s.grid), &s);
+        }
+    }
+    ptx::cp_async_wait::<0>();
+}
+
+/// Issues the copies of one K tile (activations, planes, scales) into the
+/// stage at `buf`. Not committed here.
+#[inline(always)]
+unsafe fn issue<const K: usize, const MB: usize, const NF: usize>(
+    a: &Args,
+    c: &Cursor,
+    buf: u32,
+    tid: u32,
+    policy: u64,
+) {
+    let (kb, mbu, nfu) = (K as u32, MB as u32, NF as u32);
+    let kt = c.kt as u64;
+    // Activations: 8 chunks of 16 bytes per row, rows ≥ M and columns ≥ K zero.
+    let a_chunks = geo::a_chunks(mbu);
+    for r in 0..MB.div_ceil(2) as u32 {
+        let ch = tid + geo::THREADS * r;
+        if ch < a_chunks {
+            let (row, cc) = (ch >> 3, ch & 7);
+            let col = kt * TILE_K as u64 + 8 * cc as u64;
+            let ok = row < a.m && col < a.k as u64;
+            let src = if ok { unsafe { a.x.add((row as u64 * a.k as u64 + col) as usize) } } else { a.x };
+            unsafe { ptx::cp_async_16_zfill(buf + geo::a_offset(row, cc), src as *const u8, if ok { 16 } else { 0 }) };
+        }
+    }
+    // Weight planes: the tile's column span, from the 16-byte boundary below it.
+    let (n, n0, nv) = (a.n as u64, c.n0 as u64, c.n_valid as u64);
+    let (w0, _, wend) = geo::w_window(n, kt, n0, nv, K as u64);
+    let w_chunks = geo::w_chunks(nfu, kb);
+    let wdst = buf + geo::w_offset(mbu);
+    let packed = a.packed as *const u8;
+    for r in 0..w_chunks.div_ceil(geo::THREADS) {
+        let ch = tid + geo::THREADS * r;
+        if ch < w_chunks {
+            let ga = w0 + 16 * ch as u64;
+            let bytes = if wend > ga { (wend - ga).min(16) as u32 } else { 0 };
+            let src = if bytes > 0 { unsafe { packed.add(ga as usize) } } else { packed };
+            unsafe { ptx::cp_async_16_zfill_hint(wdst + 16 * ch, src, bytes, policy) };
+        }
+    }
+    // Scale bytes, likewise (at most TILE_N/8 + 1 chunks: one per thread).
+    let (s0, _, send) = geo::s_window(n, kt, n0, nv);
+    if tid < geo::s_chunks(nfu) {
+        let ga = s0 + 16 * tid as u64;
+        let bytes = if send > ga { (send - ga).min(16) as u32 } else { 0 };
+        let src = if bytes > 0 { unsafe { a.scales.add(ga as usize) } } else { a.scales };
+        unsafe { ptx::cp_async_16_zfill_hint(buf + geo::s_offset(mbu, nfu, kb) + 16 * tid, src, bytes, policy) };
+    }
+}
+
+/// Multiplies the staged K tile at `buf` into the accumulators.
+#[inline(always)]
+unsafe fn compute<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
+    a: &Args,
+    c: &Cursor,
+    buf: u32,
+    tbl: u32,
+    tid: u32,
+    acc: &mut [[[f32; 4]; NF]; MB],
+) {
+    let (kb, mbu, nfu) = (K as u32, MB as u32, NF as u32);
+    let lane = tid & 31;
+    let warp = tid >> 5;
+    let kh = geo::warp_k_half(warp);
+    let cg = geo::warp_col_group(warp);
+    let (off_w, off_s) = geo::window_offsets(a.n, c.kt, c.n0, kb);
+    let w_base = buf + geo::w_offset(mbu) + off_w + 4 * kb * kh;
+    let s_base = buf + geo::s_offset(mbu, nfu, kb) + off_s + kh;
+
+    let mut frag_a = [[[0u32; 4]; 2]; MB];
+    unrolled!(MB, mb => {
+        for s2 in 0..2 {
+            let row = geo::ldmatrix_row(mb as u32, lane);
+            let chunk = geo::ldmatrix_chunk(2 * kh + s2 as u32, lane);
+            frag_a[mb][s2] = unsafe { ptx::ldmatrix_x4(buf + geo::a_offset(row, chunk)) };
+        }
+    });
+    let two_t = 2 * (lane & 3);
+    let lane4 = 4 * lane;
+    unrolled!(NF, f => {
+        let col = geo::b_col(nfu, cg, f as u32, lane);
+        let planes = unsafe { fragment::load_planes::<K>(w_base + 8 * kb * col) };
+        let scale = unsafe { ptx::ld_shared_u8(s_base + 2 * col) };
+        let b = unsafe { fragment::dequant::<K, T>(&planes, two_t, tbl, lane4, scale) };
+        unrolled!(MB, mb => {
+            acc[mb][f] = T::mma(frag_a[mb][0], [b[0], b[1]], acc[mb][f]);
+            acc[mb][f] = T::mma(frag_a[mb][1], [b[2], b[3]], acc[mb][f]);
+        });
+    });
+}
+
+/// Index of (m block, fragment, thread of K half 0) in fragment order: the
+/// layout of the epilogue buffer and of a workspace slot, in 16-byte units.
+#[inline(always)]
+fn frag_index(nf: u32, mb: u32, f: u32, t128: u32) -> u32 {
+    (mb * nf + f) * 128 + t128
+}
+
+/// Finishes an item: K-half reduction into the epilogue buffer, then y
+/// directly (one split) or the split-K protocol (see the module docs). The
+/// loops after the reduction index 16-byte chunks of the tile in fragment
+/// order (chunk = `frag_index`), never a register array, so the
+/// accumulators stay in registers.
+#[inline(always)]
+unsafe fn epilogue<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
+    a: &Args,
+    c: &Cursor,
+    s: &Sched,
+    smem: u32,
+    tid: u32,
+    acc: &[[[f32; 4]; NF]; MB],
+) {
+    let (kb, nfu) = (K as u32, NF as u32);
+    let epi = smem + geo::epi_offset(kb);
+    let misc = smem + geo::misc_offset(kb);
+    let upper = tid >= 128;
+    let t128 = tid & 127;
+    // K half 1 parks its sums; K half 0 adds its own and leaves the tile.
+    if upper {
+        unrolled!(MB, mb => {
+            unrolled!(NF, f => {
+                let v = acc[mb][f].map(f32::to_bits);
+                unsafe { ptx::st_shared_v4(epi + 16 * frag_index(nfu, mb as u32, f as u32, t128), v) };
+            });
+        });
+    }
+    ptx::bar_sync();
+    if !upper {
+        unrolled!(MB, mb => {
+            unrolled!(NF, f => {
+                let at = epi + 16 * frag_index(nfu, mb as u32, f as u32, t128);
+                let v = unsafe { ptx::ld_shared_v4(at) };
+                let w = [0, 1, 2, 3].map(|i| (acc[mb][f][i] + f32::from_bits(v[i])).to_bits());
+                unsafe { ptx::st_shared_v4(at, w) };
+            });
+        });
+    }
+    ptx::bar_sync();
+    let chunks_per_thread = (MB * NF / 2) as u32;
+
+    if s.splits.get() == 1 {
+        for j in 0..chunks_per_thread {
+            let chunk = tid + geo::THREADS * j;
+            let v = unsafe { ptx::ld_shared_v4(epi + 16 * chunk) }.map(f32::from_bits);
+            unsafe { store_chunk::<NF, T>(a, c.n0, chunk, &v) };
+        }
+        return;
+    }
+
+    // 1. Publish this split's partial in its own slot.
+    let slot_f32 = geo::slot_f32(MB as u32, nfu) as u64;
+    let slot = unsafe { a.ws.add((c.item as u64 * slot_f32) as usize) } as *mut u32;
+    for j in 0..chunks_per_thread {
+        let chunk = tid + geo::THREADS * j;
+        let v = unsafe { ptx::ld_shared_v4(epi + 16 * chunk) };
+        unsafe { ptx::st_cg_v4(slot.add(4 * chunk as usize), v) };
+    }
+    ptx::fence_acq_rel_gpu();
+    ptx::bar_sync();
+    // 2. Count the arrival; the block that completes the count reduces.
+    let counter = unsafe { a.counters.add(c.nt as usize) };
+    if tid == 0 {
+        let old = unsafe { ptx::atom_add_acq_rel_gpu(counter, 1) };
+        unsafe { ptx::st_shared_u32(misc, (old == s.splits.get() - 1) as u32) };
+    }
+    ptx::bar_sync();
+    if unsafe { ptx::ld_shared_u32(misc) } == 0 {
+        return;
+    }
+    // 3. Last block: sum all slots in split order, write y, reset the counter.
+    ptx::fence_acq_rel_gpu();
+    let first = unsafe { a.ws.add((c.nt as u64 * s.splits.get() as u64 * slot_f32) as usize) } as *const u32;
+    let step = slot_f32 as usize;
+    for j in 0..chunks_per_thread {
+        let chunk = tid + geo::THREADS * j;
+        let p = unsafe { first.add(4 * chunk as usize) };
+        let mut sum = unsafe { ptx::ld_cg_v4(p) }.map(f32::from_bits);
+        let mut sp = 1u32;
+        // Four independent loads in flight, still added in split order.
+        while sp + 4 <= s.splits.get() {
+            let v: [[u32; 4]; 4] = core::array::from_fn(|u| unsafe { ptx::ld_cg_v4(p.add((sp as usize + u) * step)) });
+            for vu in v {
+                sum = [0, 1, 2, 3].map(|i| sum[i] + f32::from_bits(vu[i]));
+            }
+            sp += 4;
+        }
+        while sp < s.splits.get() {
+            let v = unsafe { ptx::ld_cg_v4(p.add(sp as usize * step)) };
+            sum = [0, 1, 2, 3].map(|i| sum[i] + f32::from_bits(v[i]));
+            sp += 1;
+        }
+        unsafe { store_chunk::<NF, T>(a, c.n0, chunk, &sum) };
+    }
+    if tid == 0 {
+        unsafe { ptx::st_relaxed_gpu_u32(counter, 0) };
+    }
+}
+
+/// Stores chunk `chunk` (fragment order) of a finished tile.
+#[inline(always)]
+unsafe fn store_chunk<const NF: usize, T: MmaElem>(a: &Args, n0: u32, chunk: u32, v: &[f32; 4]) {
+    let nfu = NF as u32;
+    let (mbf, tt) = (chunk >> 7, chunk & 127);
+    unsafe { store4::<NF, T>(a, n0, mbf / nfu, mbf % nfu, tt >> 5, tt & 31, v) };
+}
+
+/// Rounds one accumulator fragment (C map) to T and stores the elements
+/// inside `[M, N]`.
+#[inline(always)]
+unsafe fn store4<const NF: usize, T: MmaElem>(a: &Args, n0: u32, mb: u32, f: u32, cg: u32, lane: u32, v: &[f32; 4]) {
+    for half in 0..2 {
+        let row = geo::c_row(mb, lane, 2 * half);
+        let col = n0 + geo::c_col(NF as u32, cg, f, lane, 0);
+        if row < a.m {
+            let idx = (row as u64 * a.n as u64 + col as u64) as usize;
+            let (lo, hi) = (T::from_f32(v[2 * half as usize]), T::from_f32(v[2 * half as usize + 1]));
+            unsafe {
+                if a.flags & 1 != 0 && col + 1 < a.n {
+                    *(a.y.add(idx) as *mut u32) = lo as u32 | (hi as u32) << 16;
+                } else {
+                    if col < a.n {
+                        *a.y.add(idx) = lo;
+                    }
+                    if col + 1 < a.n {
+                        *a.y.add(idx + 1) = hi;
+                    }
+                }
+            }
+        }
+    }
+}

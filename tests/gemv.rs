@@ -1,0 +1,599 @@
+//! Scalar GEMV (kernel 1) and grouped scalar GEMV (kernel 4) against the
+//! CPU: an f64 reference of the dequantized weights, a bit-exact model of
+//! the documented summation order, determinism, grouped = dense bit for
+//! bit, and argument validation. GPU tests skip visibly without a GPU.
+//!
+//! Tolerance. The reference is `reference::matmul_f64` of
+//! `reference::dequantize_tiled::<f32>` (the exact f32 weights
+//! `f32(cb · scale)` the kernel uses), so the only differences are the f32
+//! accumulation (relative ~1e-6 here) and the final rounding to T (half an
+//! ulp of T). With `R = max |ref|` over one output matrix and `p` the
+//! mantissa bits of T (10 for f16, 7 for bf16), we assert
+//!
+//! ```text
+//! max |y − ref| ≤ 2 · 2^-p · 2^floor(log2 R)      (two ulps of T at the output's scale)
+//! ```
+//!
+//! and report `max |y − ref| / max(|ref|, 1)` per case.
+
+mod common;
+
+use cudarc::driver::CudaSlice;
+use half::{bf16, f16};
+use kbit::{Codebook, Context, Dtype, Element, Error, KbitWeight, Shape, TiledWeight, reference};
+use kbit_format::{e4m4, gemv as g, planes, tile};
+use rand::Rng;
+use rand::rngs::SmallRng;
+use rayon::prelude::*;
+
+// ---------------------------------------------------------------------------
+// Data
+
+/// A random codebook (NF or arbitrary finite values, unordered) for `bits`.
+fn random_codebook(rng: &mut SmallRng, bits: u32) -> Codebook {
+    if rng.random_bool(0.5) {
+        Codebook::nf(bits).unwrap()
+    } else {
+        Codebook::new((0..1 << bits).map(|_| rng.random_range(-1.0f32..1.0)).collect()).unwrap()
+    }
+}
+
+/// A random runtime-layout weight: uniformly random planes (every index
+/// equally likely) and E4M4 scales in 2^-5 .. 2; the half tile past K of
+/// `K % 64 == 32` is zero, as the format requires.
+fn random_tiled(rng: &mut SmallRng, shape: Shape, cb: &Codebook) -> TiledWeight {
+    let bits = cb.bits() as usize;
+    let mut packed: Vec<u32> = (0..shape.tiled_words(cb.bits())).map(|_| rng.random()).collect();
+    let mut scales: Vec<u8> = (0..shape.tiled_scales()).map(|_| rng.random_range(0x60u8..0xC0)).collect();
+    if shape.k % 64 == 32 {
+        let kb = (shape.k / 32) as u64; // the missing block of the last tile
+        for n in 0..shape.n as u64 {
+            let w = tile::word_index(shape.n as u64, n, kb, bits as u64) as usize;
+            packed[w..w + bits].fill(0);
+            scales[tile::scale_index(shape.n as u64, n, kb) as usize] = 0;
+        }
+    }
+    TiledWeight::from_parts(shape, cb.clone(), packed, scales).unwrap()
+}
+
+fn poisoned<T: Element>(ctx: &Context, len: usize) -> CudaSlice<T> {
+    // One element at least: a zero-byte allocation is not portable.
+    ctx.stream().clone_htod(&vec![T::nan(); len.max(1)]).unwrap()
+}
+
+fn mantissa_bits<T: Element>() -> i32 {
+    if T::DTYPE == Dtype::F16 { 10 } else { 7 }
+}
+
+/// Two ulps of T at the scale of the largest |ref| (module docs).
+fn tolerance<T: Element>(want: &[f64]) -> f64 {
+    let r = want.iter().fold(0.0f64, |a, v| a.max(v.abs())).max(f64::MIN_POSITIVE);
+    2.0 * 2f64.powi(-mantissa_bits::<T>()) * 2f64.powi(r.log2().floor() as i32)
+}
+
+/// Checks `got` against the f64 reference, returning the reported measure
+/// `max |y − ref| / max(|ref|, 1)`.
+fn check_close<T: Element>(got: &[T], want: &[f64], what: &str) -> f64 {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let tol = tolerance::<T>(want);
+    let mut worst = 0.0f64;
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let g = g.to_f32() as f64;
+        let d = (g - w).abs();
+        assert!(d <= tol, "{what}: y[{i}] = {g}, reference {w}: |diff| {d:.3e} > tolerance {tol:.3e}");
+        worst = worst.max(d / w.abs().max(1.0));
+    }
+    worst
+}
+
+// ---------------------------------------------------------------------------
+// The bit-exact CPU model of the kernels' arithmetic (kbit_format::gemv docs)
+
+/// `y[m, N]` exactly as the kernels compute it: per column and row, slot
+/// `s` of `S = slots(N, K)` accumulates tiles `s, s + S, …` element by
+/// element into two f32 FMA chains (even and odd elements), its partial is
+/// their sum, and the partials are added in slot order.
+fn model<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
+    let shape = w.shape();
+    let (n_dim, k_dim) = (shape.n, shape.k);
+    let bits = w.codebook().bits() as u64;
+    let cb = w.codebook().values();
+    let s = g::slots(n_dim, k_dim) as usize;
+    let k_tiles = tile::k_tiles(k_dim);
+    let cols: Vec<Vec<T>> = (0..n_dim)
+        .into_par_iter()
+        .map(|n| {
+            (0..m)
+                .map(|r| {
+                    let mut total = 0.0f32;
+                    for slot in 0..s {
+                        let mut acc = [0.0f32; 2];
+                        let mut kt = slot;
+                        while kt < k_tiles {
+                            for e in 0..64 {
+                                let kb = (2 * kt + e / 32) as u64;
+                                let wi = tile::word_index(n_dim as u64, n as u64, kb, bits) as usize;
+                                let idx = planes::index(&w.packed()[wi..wi + bits as usize], e % 32);
+                                let sc =
+                                    e4m4::decode(w.scales()[tile::scale_index(n_dim as u64, n as u64, kb) as usize]);
+                                let wv = cb[idx as usize] * sc;
+                                let pos = kt * 64 + e;
+                                let xv = if pos < k_dim { x[r * k_dim + pos].to_f32() } else { 0.0 };
+                                acc[e % 2] = wv.mul_add(xv, acc[e % 2]);
+                            }
+                            kt += s;
+                        }
+                        let p = acc[0] + acc[1];
+                        total = if slot == 0 { p } else { total + p };
+                    }
+                    T::from_f32_rne(total)
+                })
+                .collect()
+        })
+        .collect();
+    let mut y = vec![T::from_f32_rne(0.0); m * n_dim];
+    for (n, col) in cols.iter().enumerate() {
+        for (r, v) in col.iter().enumerate() {
+            y[r * n_dim + n] = *v;
+        }
+    }
+    y
+}
+
+// ---------------------------------------------------------------------------
+// CPU-only tests
+
+/// The plane reshuffles the kernels decode with give every element's index.
+#[test]
+fn decode_fields_reproduce_plane_indices() {
+    fn check<const K: usize>(rng: &mut SmallRng) {
+        for _ in 0..2000 {
+            let p: [u32; K] = std::array::from_fn(|_| rng.random());
+            if K == 2 {
+                // Quads: word 0 holds elements 8m + {0, 1, 4, 5}, word 1 8m + {2, 3, 6, 7}.
+                let w = g::quad_words::<K>(&p);
+                for m in 0..4 {
+                    for (word, first) in [(w[0], 0usize), (w[1], 2)] {
+                        let f = (word >> (8 * m)) & 0xFF;
+                        for (t, off) in [0usize, 1, 4, 5].into_iter().enumerate() {
+                            let e = 8 * m + first + off;
+                            assert_eq!(g::quad_index(f, t as u32), planes::index(&p, e), "k=2 quad element {e}");
+                        }
+                    }
+                }
+            }
+            if K <= 4 {
+                let w = g::pair_words::<K>(&p);
+                for m in 0..4 {
+                    for (q, &wq) in w.iter().enumerate() {
+                        let f = (wq >> (8 * m)) & 0xFF;
+                        assert!(f < g::table_fields(K as u32), "k={K}: field {f:#x} past the table");
+                        for t in 0..2 {
+                            let e = 8 * m + 2 * q + t as usize;
+                            assert_eq!(g::pair_index(f, t, K as u32), planes::index(&p, e), "k={K} element {e}");
+                        }
+                    }
+                }
+            } else {
+                let w = g::wide_words::<K>(&p);
+                for m in 0..4 {
+                    for (c, &wc) in w.iter().enumerate() {
+                        let f = (wc >> (8 * m)) & 0xFF;
+                        assert!(f < 32, "k={K}: field {f:#x} past the table");
+                        assert_eq!(g::wide_index(f), planes::index(&p, 8 * m + c), "k={K} element {}", 8 * m + c);
+                    }
+                }
+            }
+        }
+    }
+    let mut rng = common::rng("decode_fields_reproduce_plane_indices");
+    check::<2>(&mut rng);
+    check::<3>(&mut rng);
+    check::<4>(&mut rng);
+    check::<5>(&mut rng);
+}
+
+/// The K split depends on the shape only, is a power of two in 1..=32 and
+/// never more than the K tiles need.
+#[test]
+fn slots_depend_on_the_shape_only() {
+    for n in [1usize, 7, 129, 512, 2048, 4096, 4100, 5120, 14336, 28672, 1 << 20] {
+        for k in [32usize, 64, 96, 512, 2048, 5120, 8192, 28672] {
+            let s = g::slots(n, k);
+            assert!(s.is_power_of_two() && (1..=32).contains(&s), "{n}x{k}: {s}");
+            assert!(s as usize <= tile::k_tiles(k).next_power_of_two(), "{n}x{k}: {s}");
+            assert_eq!(s, g::slots(n, k));
+        }
+    }
+    assert_eq!(g::slots(512, 2048), 32);
+    assert_eq!(g::slots(14336, 4096), 4);
+    assert_eq!(g::slots(4096, 32), 1);
+}
+
+/// The bit-exact model is itself within the tolerance of the f64 reference
+/// (so the GPU, which must match it bit for bit, is too).
+#[test]
+fn cpu_model_matches_f64_reference() {
+    let mut rng = common::rng("cpu_model_matches_f64_reference");
+    for &(k, n) in &[(96usize, 129usize), (2048, 64), (160, 33)] {
+        let shape = Shape::new(n, k).unwrap();
+        for bits in 2..=5 {
+            let cb = random_codebook(&mut rng, bits);
+            let w = random_tiled(&mut rng, shape, &cb);
+            let wd: Vec<f32> = reference::dequantize_tiled(&w);
+            let x: Vec<f16> = common::gaussian(&mut rng, 3 * k, 1.0);
+            let want = reference::matmul_f64(&x, 3, &wd, shape).unwrap();
+            check_close(&model(&x, 3, &w), &want, &format!("model f16 {n}x{k} k={bits}"));
+            let xb: Vec<bf16> = common::gaussian(&mut rng, 3 * k, 1.0);
+            let want = reference::matmul_f64(&xb, 3, &wd, shape).unwrap();
+            check_close(&model(&xb, 3, &w), &want, &format!("model bf16 {n}x{k} k={bits}"));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Dense GEMV on the GPU
+
+/// Runs `gemv` for M = 1..=4 on one weight (`x` holds 4 rows; M uses the
+/// first M) into NaN-poisoned outputs and checks each against `want`
+/// (the f64 reference of all 4 rows). Returns the worst reported measure.
+fn run_dense<T: Element>(ctx: &Context, w: &KbitWeight, x: &[T], want: &[f64], what: &str) -> f64 {
+    let shape = w.shape();
+    let dx = ctx.stream().clone_htod(x).unwrap();
+    let mut worst = 0.0f64;
+    for m in 1..=4 {
+        let mut dy = poisoned::<T>(ctx, m * shape.n);
+        ctx.gemv(&dx.slice(0..m * shape.k), m, w, &mut dy).unwrap_or_else(|e| panic!("{what} M={m}: {e}"));
+        let got = ctx.stream().clone_dtoh(&dy).unwrap();
+        worst = worst.max(check_close(&got, &want[..m * shape.n], &format!("{what} M={m}")));
+    }
+    worst
+}
+
+/// Every (shape, k, dtype, M) of `shapes` against the f64 reference.
+fn dense_sweep(test: &str, shapes: &[(usize, usize)]) {
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    for &(k, n) in shapes {
+        let shape = Shape::new(n, k).unwrap();
+        for bits in 2..=5 {
+            let cb = random_codebook(&mut rng, bits);
+            let tw = random_tiled(&mut rng, shape, &cb);
+            let w = ctx.upload(&tw).unwrap();
+            let wd: Vec<f32> = reference::dequantize_tiled(&tw);
+            let x16: Vec<f16> = common::gaussian(&mut rng, 4 * k, 1.0);
+            let want = reference::matmul_f64(&x16, 4, &wd, shape).unwrap();
+            let e16 = run_dense(&ctx, &w, &x16, &want, &format!("f16 {n}x{k} k={bits}"));
+            let xb: Vec<bf16> = common::gaussian(&mut rng, 4 * k, 1.0);
+            let want = reference::matmul_f64(&xb, 4, &wd, shape).unwrap();
+            let eb = run_dense(&ctx, &w, &xb, &want, &format!("bf16 {n}x{k} k={bits}"));
+            eprintln!(
+                "{test}: N={n} K={k} k={bits}: max|y-ref|/max(|ref|,1) over M=1..4: f16 {e16:.2e}, bf16 {eb:.2e}"
+            );
+        }
+    }
+}
+
+/// The design's shapes (DESIGN §1), M = 1..4, k = 2..5, f16 and bf16.
+#[test]
+fn gemv_design_shapes() {
+    let shapes: Vec<(usize, usize)> = common::SHAPES.iter().map(|&(_, k, n)| (k, n)).collect();
+    dense_sweep("gemv_design_shapes", &shapes);
+}
+
+/// Awkward shapes: N in {1, 7, 129, 4100} × K in {32, 96, 8192} (odd N
+/// tails, K % 64 == 32, one K tile, many K tiles).
+#[test]
+fn gemv_awkward_shapes() {
+    let mut shapes = Vec::new();
+    for k in [32, 96, 8192] {
+        for n in [1, 7, 129, 4100] {
+            shapes.push((k, n));
+        }
+    }
+    dense_sweep("gemv_awkward_shapes", &shapes);
+}
+
+/// The GPU result is bit-identical to the documented summation order.
+#[test]
+fn gemv_matches_the_cpu_model_bit_for_bit() {
+    let test = "gemv_matches_the_cpu_model_bit_for_bit";
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    fn one<T: Element>(ctx: &Context, rng: &mut SmallRng, w: &KbitWeight, tw: &TiledWeight, what: &str) {
+        let shape = w.shape();
+        let x: Vec<T> = common::gaussian(rng, 4 * shape.k, 1.0);
+        let dx = ctx.stream().clone_htod(&x).unwrap();
+        for m in 1..=4 {
+            let mut dy = poisoned::<T>(ctx, m * shape.n);
+            ctx.gemv(&dx.slice(0..m * shape.k), m, w, &mut dy).unwrap();
+            let got = ctx.stream().clone_dtoh(&dy).unwrap();
+            common::assert_bits_eq(&got, &model(&x[..m * shape.k], m, tw), &format!("{what} {:?} M={m}", T::DTYPE));
+        }
+    }
+    for &(k, n) in &[(2048usize, 512usize), (96, 129), (8192, 7), (160, 4100), (32, 64), (512, 2048)] {
+        let shape = Shape::new(n, k).unwrap();
+        for bits in 2..=5 {
+            let cb = random_codebook(&mut rng, bits);
+            let tw = random_tiled(&mut rng, shape, &cb);
+            let w = ctx.upload(&tw).unwrap();
+            let what = format!("{n}x{k} k={bits}");
+            one::<f16>(&ctx, &mut rng, &w, &tw, &what);
+            one::<bf16>(&ctx, &mut rng, &w, &tw, &what);
+        }
+    }
+}
+
+/// Same inputs, same bits, every run.
+#[test]
+fn gemv_is_deterministic() {
+    let test = "gemv_is_deterministic";
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    for &(k, n) in &[(2048usize, 5120usize), (5120, 2048), (2048, 512)] {
+        let shape = Shape::new(n, k).unwrap();
+        let tw = random_tiled(&mut rng, shape, &Codebook::nf(4).unwrap());
+        let w = ctx.upload(&tw).unwrap();
+        let x: Vec<bf16> = common::gaussian(&mut rng, 4 * k, 1.0);
+        let dx = ctx.stream().clone_htod(&x).unwrap();
+        let mut first: Option<Vec<bf16>> = None;
+        for run in 0..3 {
+            let mut dy = poisoned::<bf16>(&ctx, 4 * n);
+            ctx.gemv(&dx, 4, &w, &mut dy).unwrap();
+            let got = ctx.stream().clone_dtoh(&dy).unwrap();
+            match &first {
+                None => first = Some(got),
+                Some(f) => common::assert_bits_eq(&got, f, &format!("{n}x{k} run {run}")),
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Grouped GEMV on the GPU
+
+/// One grouped call: experts `tws` with `rows[e]` rows each (all ≤
+/// `max_m`), NaN-poisoned output. Every expert's rows must be bit-identical
+/// to `gemv` on that expert alone and within tolerance of the f64 reference.
+fn run_grouped<T: Element>(
+    ctx: &Context,
+    rng: &mut SmallRng,
+    tws: &[TiledWeight],
+    experts: &kbit::KbitExperts,
+    rows: &[usize],
+    max_m: usize,
+    what: &str,
+) -> f64 {
+    let shape = experts.shape();
+    let (k, n) = (shape.k, shape.n);
+    let mut offsets = vec![0u32];
+    for &r in rows {
+        offsets.push(offsets.last().unwrap() + r as u32);
+    }
+    let total = *offsets.last().unwrap() as usize;
+    let x: Vec<T> = common::gaussian(rng, total * k, 1.0);
+    let dx = ctx.stream().clone_htod(&if x.is_empty() { vec![T::from_f32_rne(0.0)] } else { x.clone() }).unwrap();
+    let doff = ctx.stream().clone_htod(&offsets).unwrap();
+    let mut dy = poisoned::<T>(ctx, total * n);
+    ctx.grouped_gemv(&dx.slice(0..total * k), &doff, max_m, experts, &mut dy.slice_mut(0..total * n))
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let got = ctx.stream().clone_dtoh(&dy).unwrap();
+    let mut worst = 0.0f64;
+    for (e, &r) in rows.iter().enumerate() {
+        if r == 0 {
+            continue;
+        }
+        let start = offsets[e] as usize;
+        let got_e = &got[start * n..(start + r) * n];
+        // The dense kernel on this expert alone.
+        let w = ctx.upload(&tws[e]).unwrap();
+        let mut dd = poisoned::<T>(ctx, r * n);
+        ctx.gemv(&dx.slice(start * k..(start + r) * k), r, &w, &mut dd).unwrap();
+        let dense = ctx.stream().clone_dtoh(&dd).unwrap();
+        common::assert_bits_eq(got_e, &dense, &format!("{what}: expert {e} ({r} rows) vs dense"));
+        let wd: Vec<f32> = reference::dequantize_tiled(&tws[e]);
+        let want = reference::matmul_f64(&x[start * k..(start + r) * k], r, &wd, shape).unwrap();
+        worst = worst.max(check_close(got_e, &want, &format!("{what}: expert {e}")));
+    }
+    worst
+}
+
+fn random_experts(rng: &mut SmallRng, count: usize, shape: Shape, bits: u32) -> Vec<TiledWeight> {
+    let cb = random_codebook(rng, bits);
+    (0..count).map(|_| random_tiled(rng, shape, &cb)).collect()
+}
+
+/// 8 experts with rows [1, 3, 0, 2, 4, 1, 0, 4] (clamped to max_m), max_m =
+/// 1..4, k = 2..5, f16 and bf16, on the MoE shapes and an awkward one.
+#[test]
+fn grouped_gemv_eight_experts() {
+    let test = "grouped_gemv_eight_experts";
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    const PATTERN: [usize; 8] = [1, 3, 0, 2, 4, 1, 0, 4];
+    for &(k, n) in &[(2048usize, 512usize), (512, 2048), (96, 129)] {
+        let shape = Shape::new(n, k).unwrap();
+        for bits in 2..=5 {
+            let tws = random_experts(&mut rng, 8, shape, bits);
+            let experts = ctx.upload_experts(&tws).unwrap();
+            let mut worst = 0.0f64;
+            for max_m in 1..=4 {
+                let rows: Vec<usize> = PATTERN.iter().map(|&r| r.min(max_m)).collect();
+                let what = format!("{n}x{k} k={bits} max_m={max_m}");
+                worst = worst.max(run_grouped::<f16>(&ctx, &mut rng, &tws, &experts, &rows, max_m, &what));
+                worst = worst.max(run_grouped::<bf16>(&ctx, &mut rng, &tws, &experts, &rows, max_m, &what));
+            }
+            eprintln!("{test}: N={n} K={k} k={bits}: max|y-ref|/max(|ref|,1) {worst:.2e}");
+        }
+    }
+}
+
+/// 64 experts with one row each (top-k routing of one token over many
+/// experts), and a max_m larger than any expert needs.
+#[test]
+fn grouped_gemv_sixty_four_single_rows() {
+    let test = "grouped_gemv_sixty_four_single_rows";
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    let shape = Shape::new(512, 2048).unwrap();
+    let tws = random_experts(&mut rng, 64, shape, 4);
+    let experts = ctx.upload_experts(&tws).unwrap();
+    let rows = vec![1usize; 64];
+    run_grouped::<f16>(&ctx, &mut rng, &tws, &experts, &rows, 1, "64 experts f16 max_m=1");
+    run_grouped::<bf16>(&ctx, &mut rng, &tws, &experts, &rows, 4, "64 experts bf16 max_m=4");
+    // Most experts empty, the rest full.
+    let sparse: Vec<usize> = (0..64).map(|e| if e % 9 == 4 { 3 } else { 0 }).collect();
+    run_grouped::<f16>(&ctx, &mut rng, &tws, &experts, &sparse, 3, "64 experts sparse f16");
+}
+
+/// A single expert holding all rows; the grouped call is then exactly the
+/// dense one.
+#[test]
+fn grouped_gemv_one_expert() {
+    let test = "grouped_gemv_one_expert";
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    for &(k, n) in &[(2048usize, 512usize), (8192, 7)] {
+        let shape = Shape::new(n, k).unwrap();
+        for bits in [2, 5] {
+            let tws = random_experts(&mut rng, 1, shape, bits);
+            let experts = ctx.upload_experts(&tws).unwrap();
+            for rows in 1..=4 {
+                let what = format!("one expert {n}x{k} k={bits} rows={rows}");
+                run_grouped::<f16>(&ctx, &mut rng, &tws, &experts, &[rows], rows, &what);
+                run_grouped::<bf16>(&ctx, &mut rng, &tws, &experts, &[rows], 4, &what);
+            }
+        }
+    }
+}
+
+/// Every expert empty: zero rows, nothing to compute, the call succeeds.
+#[test]
+fn grouped_gemv_all_experts_empty() {
+    let test = "grouped_gemv_all_experts_empty";
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    let shape = Shape::new(512, 2048).unwrap();
+    let tws = random_experts(&mut rng, 8, shape, 3);
+    let experts = ctx.upload_experts(&tws).unwrap();
+    for max_m in 1..=4 {
+        run_grouped::<f16>(&ctx, &mut rng, &tws, &experts, &[0; 8], max_m, "all empty");
+    }
+    ctx.synchronize().unwrap();
+}
+
+/// Same routing, same bits, every run.
+#[test]
+fn grouped_gemv_is_deterministic() {
+    let test = "grouped_gemv_is_deterministic";
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    let shape = Shape::new(2048, 512).unwrap();
+    let tws = random_experts(&mut rng, 8, shape, 4);
+    let experts = ctx.upload_experts(&tws).unwrap();
+    let offsets = ctx.stream().clone_htod(&[0u32, 4, 5, 5, 8, 9, 12, 12, 16]).unwrap();
+    let x: Vec<f16> = common::gaussian(&mut rng, 16 * 512, 1.0);
+    let dx = ctx.stream().clone_htod(&x).unwrap();
+    let mut first: Option<Vec<f16>> = None;
+    for run in 0..3 {
+        let mut dy = poisoned::<f16>(&ctx, 16 * 2048);
+        ctx.grouped_gemv(&dx, &offsets, 4, &experts, &mut dy).unwrap();
+        let got = ctx.stream().clone_dtoh(&dy).unwrap();
+        match &first {
+            None => first = Some(got),
+            Some(f) => common::assert_bits_eq(&got, f, &format!("run {run}")),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Argument validation (needs a Context, so it skips without a GPU)
+
+#[test]
+fn gemv_rejects_bad_arguments() {
+    let test = "gemv_rejects_bad_arguments";
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    let shape = Shape::new(64, 128).unwrap();
+    let w = ctx.upload(&random_tiled(&mut rng, shape, &Codebook::nf(4).unwrap())).unwrap();
+    let s = ctx.stream();
+    let x = s.clone_htod(&vec![f16::ONE; 8 * 128]).unwrap();
+    let mut y = s.alloc_zeros::<f16>(8 * 64).unwrap();
+    for m in [0, 5, 8] {
+        let e = ctx.gemv(&x.slice(0..m * 128), m, &w, &mut y.slice_mut(0..m * 64)).unwrap_err();
+        assert!(matches!(e, Error::Rows { m: got, max: 4 } if got == m), "M={m}: {e}");
+    }
+    let e = ctx.gemv(&x.slice(0..2 * 128), 1, &w, &mut y.slice_mut(0..64)).unwrap_err();
+    assert!(matches!(e, Error::Length { expected: 128, got: 256, .. }), "{e}");
+    let e = ctx.gemv(&x.slice(0..128), 1, &w, &mut y.slice_mut(0..65)).unwrap_err();
+    assert!(matches!(e, Error::Length { expected: 64, got: 65, .. }), "{e}");
+    let e = ctx.gemv(&x.slice(1..129), 1, &w, &mut y.slice_mut(0..64)).unwrap_err();
+    assert!(matches!(e, Error::Alignment { align: 16, .. }), "{e}");
+    let xf = s.clone_htod(&vec![1.0f32; 128]).unwrap();
+    let mut yf = s.alloc_zeros::<f32>(64).unwrap();
+    let e = ctx.gemv(&xf, 1, &w, &mut yf).unwrap_err();
+    assert!(matches!(e, Error::Mismatch { .. }), "{e}");
+    // The valid call still works after the rejected ones.
+    ctx.gemv(&x.slice(0..128), 1, &w, &mut y.slice_mut(0..64)).unwrap();
+    ctx.synchronize().unwrap();
+}
+
+#[test]
+fn grouped_gemv_rejects_bad_arguments() {
+    let test = "grouped_gemv_rejects_bad_arguments";
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    let shape = Shape::new(64, 128).unwrap();
+    let tws = random_experts(&mut rng, 3, shape, 2);
+    let experts = ctx.upload_experts(&tws).unwrap();
+    let s = ctx.stream();
+    let x = s.clone_htod(&vec![bf16::ONE; 16 * 128]).unwrap();
+    let mut y = s.alloc_zeros::<bf16>(16 * 64).unwrap();
+    let off = s.clone_htod(&[0u32, 1, 3, 4]).unwrap();
+    // Four rows: experts of 1, 2 and 1 rows.
+    let (xl, yl) = (4 * 128, 4 * 64);
+    for max_m in [0, 5] {
+        let e = ctx.grouped_gemv(&x.slice(0..xl), &off, max_m, &experts, &mut y.slice_mut(0..yl)).unwrap_err();
+        assert!(matches!(e, Error::Rows { .. }), "max_m={max_m}: {e}");
+    }
+    let e = ctx.grouped_gemv(&x.slice(0..xl), &off.slice(0..3), 2, &experts, &mut y.slice_mut(0..yl)).unwrap_err();
+    assert!(matches!(e, Error::Length { expected: 4, got: 3, .. }), "{e}");
+    let e = ctx.grouped_gemv(&x.slice(0..xl + 32), &off, 2, &experts, &mut y.slice_mut(0..yl)).unwrap_err();
+    assert!(matches!(e, Error::Mismatch { .. }), "{e}");
+    let e = ctx.grouped_gemv(&x.slice(0..xl), &off, 2, &experts, &mut y.slice_mut(0..yl + 1)).unwrap_err();
+    assert!(matches!(e, Error::Length { .. }), "{e}");
+    // 7 rows cannot fit 3 experts of at most 2 rows.
+    let e = ctx.grouped_gemv(&x.slice(0..7 * 128), &off, 2, &experts, &mut y.slice_mut(0..7 * 64)).unwrap_err();
+    assert!(matches!(e, Error::Mismatch { .. }), "{e}");
+    let e = ctx.grouped_gemv(&x.slice(1..xl + 1), &off, 2, &experts, &mut y.slice_mut(0..yl)).unwrap_err();
+    assert!(matches!(e, Error::Alignment { .. }), "{e}");
+    let xf = s.clone_htod(&vec![1.0f32; 4 * 128]).unwrap();
+    let mut yf = s.alloc_zeros::<f32>(4 * 64).unwrap();
+    let e = ctx.grouped_gemv(&xf, &off, 2, &experts, &mut yf).unwrap_err();
+    assert!(matches!(e, Error::Mismatch { .. }), "{e}");
+    // The valid call still works.
+    ctx.grouped_gemv(&x.slice(0..xl), &off, 2, &experts, &mut y.slice_mut(0..yl)).unwrap();
+    ctx.synchronize().unwrap();
+}
+
+#[test]
+fn upload_experts_rejects_mismatched_experts() {
+    let test = "upload_experts_rejects_mismatched_experts";
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    let shape = Shape::new(64, 128).unwrap();
+    let cb = Codebook::nf(3).unwrap();
+    let a = random_tiled(&mut rng, shape, &cb);
+    let other_shape = random_tiled(&mut rng, Shape::new(64, 96).unwrap(), &cb);
+    let other_cb = random_tiled(&mut rng, shape, &Codebook::new((0..8).map(|i| i as f32 / 8.0).collect()).unwrap());
+    assert!(matches!(ctx.upload_experts(&[]), Err(Error::Mismatch { .. })));
+    let e = ctx.upload_experts(&[a.clone(), other_shape]).err().unwrap();
+    assert!(matches!(e, Error::Mismatch { what, .. } if what.contains("shapes")), "{e}");
+    let e = ctx.upload_experts(&[a.clone(), a.clone(), other_cb]).err().unwrap();
+    assert!(matches!(e, Error::Mismatch { what, .. } if what.contains("codebooks")), "{e}");
+    let ok = ctx.upload_experts(&[a.clone(), a]).unwrap();
+    assert_eq!(ok.num_experts(), 2);
+    assert_eq!(ok.expert_bytes(), shape.tiled_bytes(3));
+    assert_eq!(ok.shape(), shape);
+    assert_eq!(ok.bits(), 3);
+}

@@ -1,0 +1,291 @@
+//! `Context::linear` against the CPU reference (f64 matmul of the
+//! dequantized weights), on fresh random data with NaN-poisoned outputs,
+//! plus argument validation and kernel forcing.
+//!
+//! Tolerances (dequant + cuBLAS): the GPU multiplies weights dequantized to
+//! T (f16/bf16, rounded to nearest) with f32 accumulation and rounds the
+//! output to T; the reference uses the exact f32 weights in f64. Expected
+//! errors are about half an ulp of T per weight and per output, so we assert
+//!   f16:  ‖y − ref‖/‖ref‖ ≤ 1e-3,  max |y − ref| / max(|ref|, rms(ref)) ≤ 4e-3 (≈ 4 f16 ulps)
+//!   bf16: ‖y − ref‖/‖ref‖ ≤ 8e-3,  max |y − ref| / max(|ref|, rms(ref)) ≤ 3e-2 (≈ 4 bf16 ulps)
+
+mod common;
+
+use cudarc::driver::CudaSlice;
+use half::{bf16, f16};
+use kbit::{Codebook, Context, Element, Error, KbitWeight, Kernel, ScaleMode, Shape, TiledWeight, reference};
+use rand::Rng;
+use rand::rngs::SmallRng;
+
+/// Batch sizes the tests cover (each shape sees every one).
+const MS: [usize; 5] = [1, 5, 17, 64, 300];
+
+fn tolerance<T: Element>() -> (f64, f64) {
+    match T::DTYPE {
+        kbit::Dtype::F16 => (1e-3, 4e-3),
+        _ => (8e-3, 3e-2),
+    }
+}
+
+/// A random weight quantized on the GPU (bit-identical to the CPU
+/// reference, tested elsewhere), with its host copy for the reference.
+fn random_weight(ctx: &Context, rng: &mut SmallRng, shape: Shape, bits: u32) -> (KbitWeight, TiledWeight) {
+    let scale = rng.random_range(0.02f32..1.5);
+    let w: Vec<f32> = common::gaussian(rng, shape.numel(), scale);
+    let flat = ctx.quantize(&ctx.stream().clone_htod(&w).unwrap(), shape, &Codebook::nf(bits).unwrap()).unwrap();
+    let dev = ctx.repack(&flat, ScaleMode::Strict).unwrap();
+    let host = ctx.download(&dev).unwrap();
+    (dev, host)
+}
+
+fn poisoned<T: Element>(ctx: &Context, len: usize) -> CudaSlice<T> {
+    ctx.stream().clone_htod(&vec![T::nan(); len]).unwrap()
+}
+
+/// Runs `linear` for one (weight, M, T) and checks it against `want_w`
+/// (the dequantized f32 weights).
+fn check_linear<T: Element>(
+    ctx: &Context,
+    rng: &mut SmallRng,
+    w: &KbitWeight,
+    want_w: &[f32],
+    m: usize,
+    what: &str,
+) -> Kernel {
+    let shape = w.shape();
+    let x: Vec<T> = common::gaussian(rng, m * shape.k, 1.0);
+    let dx = ctx.stream().clone_htod(&x).unwrap();
+    let mut dy = poisoned::<T>(ctx, m * shape.n);
+    let kernel = ctx.linear(&dx, m, w, &mut dy).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(ctx.last_kernel(), Some(kernel), "{what}: last_kernel");
+    let got: Vec<f32> = ctx.stream().clone_dtoh(&dy).unwrap().iter().map(|v| v.to_f32()).collect();
+    ctx.synchronize().unwrap();
+    let want = reference::matmul_f64(&x, m, want_w, shape).unwrap();
+    let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
+    let (rel, worst) = common::errors(&got, &want, rms);
+    let (tol_rel, tol_max) = tolerance::<T>();
+    assert!(
+        rel <= tol_rel && worst <= tol_max,
+        "{what} M={m} {:?} via {kernel}: relative error {rel:.2e} (≤ {tol_rel:.0e}), max error {worst:.2e} (≤ {tol_max:.0e})",
+        T::DTYPE
+    );
+    kernel
+}
+
+/// The kernel automatic dispatch picks for M rows of a dense layer.
+fn expected_kernel(m: usize) -> Kernel {
+    match m {
+        1..=4 => Kernel::Scalar,
+        5..=64 => Kernel::Mma,
+        _ => Kernel::DequantCublas,
+    }
+}
+
+#[test]
+fn linear_matches_reference_on_design_shapes() {
+    let test = "linear_matches_reference_on_design_shapes";
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    let mut seen = [[false; MS.len()]; common::SHAPES.len()];
+    for (si, &(name, k, n)) in common::SHAPES.iter().enumerate() {
+        let shape = Shape::new(n, k).unwrap();
+        for bits in 2..=5u32 {
+            let (w, host) = random_weight(&ctx, &mut rng, shape, bits);
+            let want_w = reference::dequantize_tiled::<f32>(&host);
+            // Each (k, dtype) pair of a shape gets another M, so every shape
+            // sees every M (8 pairs over 5 values of M).
+            for dt in 0..2usize {
+                let mi = ((bits as usize - 2) * 2 + dt + si) % MS.len();
+                let what = format!("{name} [{n},{k}] k={bits}");
+                let kernel = if dt == 0 {
+                    check_linear::<f16>(&ctx, &mut rng, &w, &want_w, MS[mi], &what)
+                } else {
+                    check_linear::<bf16>(&ctx, &mut rng, &w, &want_w, MS[mi], &what)
+                };
+                assert_eq!(kernel, expected_kernel(MS[mi]), "{what}: dispatch at M = {}", MS[mi]);
+                seen[si][mi] = true;
+            }
+        }
+    }
+    assert!(seen.iter().all(|s| s.iter().all(|&b| b)), "every shape × M covered");
+    eprintln!("linear: {} shapes × k=2..5 × f16/bf16, M ∈ {MS:?}", common::SHAPES.len());
+}
+
+#[test]
+fn linear_matches_reference_on_awkward_shapes() {
+    let test = "linear_matches_reference_on_awkward_shapes";
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    for (i, &(name, k, n)) in common::AWKWARD.iter().enumerate() {
+        let shape = Shape::new(n, k).unwrap();
+        let bits = 2 + (i as u32 % 4);
+        let (w, host) = random_weight(&ctx, &mut rng, shape, bits);
+        let want_w = reference::dequantize_tiled::<f32>(&host);
+        let what = format!("{name} [{n},{k}] k={bits}");
+        for m in [1, 3, 33] {
+            check_linear::<f16>(&ctx, &mut rng, &w, &want_w, m, &what);
+            check_linear::<bf16>(&ctx, &mut rng, &w, &want_w, m, &what);
+        }
+    }
+}
+
+#[test]
+fn linear_accepts_views_and_small_then_large_weights() {
+    // Row slices of larger buffers (as MoE expert batches are), and a
+    // scratch buffer that has to grow between calls.
+    let test = "linear_accepts_views_and_small_then_large_weights";
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    for (n, k) in [(128, 256), (2048, 1024), (64, 512)] {
+        let shape = Shape::new(n, k).unwrap();
+        let (w, host) = random_weight(&ctx, &mut rng, shape, 4);
+        let want_w = reference::dequantize_tiled::<f32>(&host);
+        let (m, skip) = (7, 3);
+        let x: Vec<f16> = common::gaussian(&mut rng, (m + skip) * k, 1.0);
+        let dx = ctx.stream().clone_htod(&x).unwrap();
+        let mut dy = poisoned::<f16>(&ctx, (m + skip) * n);
+        let xv = dx.slice(skip * k..);
+        let mut yv = dy.slice_mut(skip * n..);
+        ctx.linear(&xv, m, &w, &mut yv).unwrap();
+        let got: Vec<f32> = ctx.stream().clone_dtoh(&dy).unwrap().iter().map(|v| v.to_f32()).collect();
+        assert!(got[..skip * n].iter().all(|v| v.is_nan()), "rows before the view stay untouched");
+        let want = reference::matmul_f64(&x[skip * k..], m, &want_w, shape).unwrap();
+        let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
+        let (rel, worst) = common::errors(&got[skip * n..], &want, rms);
+        assert!(rel <= 1e-3 && worst <= 4e-3, "[{n},{k}] view: {rel:.2e} {worst:.2e}");
+    }
+}
+
+#[test]
+fn linear_is_capturable_in_a_cuda_graph() {
+    let test = "linear_is_capturable_in_a_cuda_graph";
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    let shape = Shape::new(512, 2048).unwrap();
+    let (w, host) = random_weight(&ctx, &mut rng, shape, 3);
+    let want_w = reference::dequantize_tiled::<f32>(&host);
+    let m = 9;
+    let x: Vec<f16> = common::gaussian(&mut rng, m * shape.k, 1.0);
+    let dx = ctx.stream().clone_htod(&x).unwrap();
+    let mut dy = poisoned::<f16>(&ctx, m * shape.n);
+
+    // Capturing before any eager call would have to allocate: refused, and
+    // the capture can still be ended cleanly.
+    let s = ctx.stream();
+    let mode = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    let flags = cudarc::driver::sys::CUgraphInstantiate_flags(0);
+    s.begin_capture(mode).unwrap();
+    let refused = ctx.linear(&dx, m, &w, &mut dy);
+    let _ = s.end_capture(flags);
+    assert!(matches!(refused, Err(Error::NotApplicable { kernel: Kernel::DequantCublas, .. })), "{refused:?}");
+
+    // Set up ahead (handle, workspace, scratch), then one eager call so that
+    // cuBLAS has loaded its kernel for this shape before the capture.
+    ctx.prepare_linear(shape).unwrap();
+    ctx.linear(&dx, m, &w, &mut dy).unwrap();
+    let eager: Vec<f32> = ctx.stream().clone_dtoh(&dy).unwrap().iter().map(|v| v.to_f32()).collect();
+    ctx.synchronize().unwrap();
+    let mut dy = poisoned::<f16>(&ctx, m * shape.n);
+    s.begin_capture(mode).unwrap();
+    let r = ctx.linear(&dx, m, &w, &mut dy);
+    let graph = s.end_capture(flags).unwrap().expect("a captured graph");
+    r.unwrap();
+    // Nothing ran yet: the output is still poisoned.
+    assert!(ctx.stream().clone_dtoh(&dy).unwrap().iter().all(|v| v.is_nan()));
+    for _ in 0..3 {
+        graph.launch().unwrap();
+    }
+    let got: Vec<f32> = ctx.stream().clone_dtoh(&dy).unwrap().iter().map(|v| v.to_f32()).collect();
+    ctx.synchronize().unwrap();
+    let want = reference::matmul_f64(&x, m, &want_w, shape).unwrap();
+    let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
+    for (name, got) in [("eager", &eager), ("graph replay", &got)] {
+        let (rel, worst) = common::errors(got, &want, rms);
+        assert!(rel <= 1e-3 && worst <= 4e-3, "{name}: {rel:.2e} {worst:.2e}");
+    }
+}
+
+fn small_weight(ctx: &Context) -> KbitWeight {
+    let shape = Shape::new(64, 128).unwrap();
+    let w: Vec<f32> = (0..shape.numel()).map(|i| (i as f32 * 0.37).sin()).collect();
+    let flat = reference::quantize(&w, shape, &Codebook::nf(4).unwrap()).unwrap();
+    ctx.upload(&reference::repack(&flat, ScaleMode::Strict).unwrap()).unwrap()
+}
+
+#[test]
+fn linear_rejects_bad_arguments() {
+    let Some(ctx) = common::gpu("linear_rejects_bad_arguments") else { return };
+    let w = small_weight(&ctx); // N = 64, K = 128
+    let s = ctx.stream();
+    let m = 3;
+    let x = s.alloc_zeros::<f16>(m * 128).unwrap();
+    let mut y = s.alloc_zeros::<f16>(m * 64).unwrap();
+
+    // f32 activations: a clear dtype error.
+    let x32 = s.alloc_zeros::<f32>(m * 128).unwrap();
+    let mut y32 = s.alloc_zeros::<f32>(m * 64).unwrap();
+    let e = ctx.linear(&x32, m, &w, &mut y32).unwrap_err();
+    assert!(matches!(e, Error::Mismatch { .. }) && e.to_string().contains("f16 or bf16"), "{e}");
+
+    // M = 0.
+    let e = ctx.linear(&x.slice(0..0), 0, &w, &mut y.slice_mut(0..0)).unwrap_err();
+    assert!(matches!(e, Error::Rows { m: 0, .. }), "{e}");
+
+    // x and y lengths that do not match M·K and M·N.
+    let e = ctx.linear(&x, m + 1, &w, &mut y).unwrap_err();
+    assert!(matches!(e, Error::Length { expected: 512, got: 384, .. }) && e.to_string().contains("activations"), "{e}");
+    let e = ctx.linear(&x.slice(0..128), 1, &w, &mut y).unwrap_err();
+    assert!(matches!(e, Error::Length { expected: 64, got: 192, .. }) && e.to_string().contains("outputs"), "{e}");
+
+    // Wrong dtype pairing cannot compile (x and y share T); a bf16 call works.
+    let xb = s.alloc_zeros::<bf16>(m * 128).unwrap();
+    let mut yb = s.alloc_zeros::<bf16>(m * 64).unwrap();
+    assert_eq!(ctx.linear(&xb, m, &w, &mut yb).unwrap(), expected_kernel(m));
+    ctx.synchronize().unwrap();
+}
+
+#[test]
+fn forcing_kernels() {
+    let Some(ctx) = common::gpu("forcing_kernels") else { return };
+    assert_eq!(ctx.last_kernel(), None);
+    assert_eq!(ctx.forced_kernel(), None);
+    let w = small_weight(&ctx);
+    let s = ctx.stream();
+    let x = s.alloc_zeros::<f16>(2 * 128).unwrap();
+    let mut y = s.alloc_zeros::<f16>(2 * 64).unwrap();
+
+    // Kernels this build lacks cannot be forced; the setting stays as it was.
+    for k in Kernel::ALL.into_iter().filter(|k| !k.is_available()) {
+        let e = ctx.force_kernel(Some(k)).unwrap_err();
+        assert!(matches!(e, Error::NotApplicable { kernel, .. } if kernel == k), "{e}");
+        assert_eq!(ctx.forced_kernel(), None);
+    }
+    ctx.force_kernel(Some(Kernel::DequantCublas)).unwrap();
+    assert_eq!(ctx.forced_kernel(), Some(Kernel::DequantCublas));
+    assert_eq!(ctx.linear(&x, 2, &w, &mut y).unwrap(), Kernel::DequantCublas);
+    assert_eq!(ctx.last_kernel(), Some(Kernel::DequantCublas));
+    // Grouped kernels never serve linear, once they exist either.
+    for k in [Kernel::GroupedScalar, Kernel::GroupedMma] {
+        if ctx.force_kernel(Some(k)).is_ok() {
+            let e = ctx.linear(&x, 2, &w, &mut y).unwrap_err();
+            assert!(matches!(e, Error::NotApplicable { kernel, .. } if kernel == k), "{e}");
+        }
+    }
+    ctx.force_kernel(None).unwrap();
+    assert_eq!(ctx.forced_kernel(), None);
+    assert!(ctx.linear(&x, 2, &w, &mut y).is_ok());
+    ctx.synchronize().unwrap();
+}
+
+#[test]
+fn kernel_names() {
+    let names: Vec<String> = Kernel::ALL.iter().map(|k| k.to_string()).collect();
+    assert_eq!(names, ["scalar", "mma", "dequant_cublas", "grouped_scalar", "grouped_mma"]);
+    for k in Kernel::ALL {
+        assert_eq!(Kernel::from_name(k.name()), Some(k));
+    }
+    assert_eq!(Kernel::from_name("fp16"), None);
+    assert!(Kernel::DequantCublas.is_available());
+    let e = Error::NotApplicable { kernel: Kernel::Mma, why: "M = 300 beyond 16".into() };
+    assert_eq!(e.to_string(), "kernel mma not applicable: M = 300 beyond 16");
+}

@@ -1,0 +1,631 @@
+//! Kernel 2, the tensor-core dequant GEMM.
+//!
+//! CPU tests (always run): every thread → (row, column) map of the kernel
+//! (`kbit_format::mma`) against the PTX definitions of `ldmatrix` and
+//! `mma.m16n8k16` fragments, the pair/single index math against the format's
+//! bit planes, the staged windows against the tile layout, the shared-memory
+//! budgets of sm_89 and sm_90, and the split-K planner for 132, 128 and other
+//! SM counts (every output tile covered exactly once, no empty split).
+//!
+//! GPU tests (skip visibly without a GPU) compare `Context::mma_gemm_with`
+//! with two f64 references on fresh random data, outputs poisoned with NaN:
+//! - `ref_t`: the kernel's exact weights `T(T(cb)·T(amax))` (a codebook
+//!   rounded to T, then the reference dequantizer rounding to T), so only
+//!   f32 accumulation and the final rounding differ. Asserted per element:
+//!   `|y − ref_t| ≤ 1 ulp_T(|ref_t|) + K·2^-25·rms(ref_t)` (the second term
+//!   bounds one f32 rounding of a partial sum per k16 step), and
+//!   ‖y − ref_t‖/‖ref_t‖ < 2^-10 (f16) / 2^-7 (bf16).
+//! - `ref_32`: `reference::dequantize_tiled::<f32>` weights `f32(cb·amax)`
+//!   (the FORMAT reference), which differ from the kernel's by the rounding
+//!   of cb and of the product to T: ‖y − ref_32‖/‖ref_32‖ < 2e-3 (f16) /
+//!   1.2e-2 (bf16) — far inside FORMAT's rtol 0.2, atol 0.15·mean|ref|.
+
+mod common;
+
+use half::{bf16, f16};
+use kbit::splitk::{self, Limits, Splits, TileConfig};
+use kbit::{Codebook, Context, Element, Error, MmaOptions, ScaleMode, Shape, TiledWeight, reference};
+use kbit_format::mma as geo;
+use kbit_format::{planes, tile};
+use rand::Rng;
+use rand::rngs::SmallRng;
+
+// ---------------------------------------------------------------- CPU: maps
+
+/// PTX `mma.m16n8k16` A fragment: register `i` of lane `l` holds
+/// A[row][k], A[row][k+1] of the 16×16 tile.
+fn mma_a(lane: u32, i: u32) -> (u32, u32) {
+    let (g, t) = (lane / 4, lane % 4);
+    (g + 8 * (i & 1), 2 * t + 8 * (i >> 1))
+}
+
+#[test]
+fn ldmatrix_addresses_through_the_swizzle_yield_the_mma_a_fragment() {
+    for mb in 0..4 {
+        for kstep in 0..4 {
+            // ldmatrix.x4: matrix i row j comes from lane 8i + j's address;
+            // lane l receives row l/4, elements 2(l%4), +1 of each matrix.
+            let row_addr = |lane: u32| geo::a_offset(geo::ldmatrix_row(mb, lane), geo::ldmatrix_chunk(kstep, lane));
+            for lane in 0..32 {
+                for i in 0..4 {
+                    let addr = row_addr(8 * i + lane / 4) + 4 * (lane % 4);
+                    // Decode the swizzled address back to (row, column).
+                    let row = addr / geo::A_ROW_BYTES;
+                    let chunk = ((addr % geo::A_ROW_BYTES) >> 4) ^ (row & 7);
+                    let col = 8 * chunk + (addr % 16) / 2;
+                    let (r, c) = mma_a(lane, i);
+                    assert_eq!((row, col), (16 * mb + r, 16 * kstep + c), "mb {mb} kstep {kstep} lane {lane} a{i}");
+                }
+            }
+            // Each 8-lane phase reads 8 rows in 8 distinct 16-byte bank groups.
+            for i in 0..4 {
+                let mut groups: Vec<u32> = (0..8).map(|j| (row_addr(8 * i + j) / 16) % 8).collect();
+                groups.sort();
+                groups.dedup();
+                assert_eq!(groups.len(), 8, "ldmatrix phase {i} of mb {mb} kstep {kstep} has bank conflicts");
+            }
+        }
+    }
+}
+
+#[test]
+fn b_fragments_cover_the_k_tile_once_in_mma_b_order() {
+    for nf in [2u32, 4] {
+        let tn = geo::tile_n(nf);
+        let mut seen = vec![0u32; (tn * 64) as usize];
+        for warp in 0..8 {
+            let (kh, cg) = (geo::warp_k_half(warp), geo::warp_col_group(warp));
+            for lane in 0..32 {
+                let (g, t) = (lane / 4, lane % 4);
+                for f in 0..nf {
+                    let col = geo::b_col(nf, cg, f, lane);
+                    assert_eq!(col, cg * 8 * nf + 8 * f + g);
+                    for q in 0..4 {
+                        for e in 0..2 {
+                            let k = 32 * kh + geo::b_elem(lane, q, e);
+                            // PTX B map: b_r of k16 step s holds k rows 2t+e+8r, column g.
+                            let (s2, r) = (q / 2, q % 2);
+                            assert_eq!(k, 16 * (2 * kh + s2) + 8 * r + 2 * t + e);
+                            seen[(col * 64 + k) as usize] += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(seen.iter().all(|&c| c == 1), "tile_n {tn}: every (column, k) exactly once");
+    }
+}
+
+#[test]
+fn c_fragments_cover_the_output_tile_once_per_k_half() {
+    for nf in [2u32, 4] {
+        for mbs in 1..=4u32 {
+            let tn = geo::tile_n(nf);
+            let mut seen = vec![0u32; (16 * mbs * tn) as usize];
+            for warp in 0..4 {
+                let cg = geo::warp_col_group(warp);
+                for lane in 0..32 {
+                    let (g, t) = (lane / 4, lane % 4);
+                    for mb in 0..mbs {
+                        for f in 0..nf {
+                            for i in 0..4 {
+                                let (r, c) = (geo::c_row(mb, lane, i), geo::c_col(nf, cg, f, lane, i));
+                                assert_eq!((r, c), (16 * mb + g + 8 * (i / 2), cg * 8 * nf + 8 * f + 2 * t + i % 2));
+                                seen[(r * tn + c) as usize] += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&c| c == 1));
+            // Fragment order (epilogue buffer, workspace slot) is a bijection.
+            assert_eq!(geo::slot_f32(mbs, nf), 16 * mbs * tn);
+        }
+    }
+}
+
+fn index_math_case<const K: usize>(rng: &mut SmallRng) {
+    let words: [u32; K] = std::array::from_fn(|_| rng.random());
+    for two_t in [0u32, 2, 4, 6] {
+        let (ea, eb) = geo::single_indices(&words, two_t);
+        let x = if K <= 4 { geo::pair_indices(&words, two_t) } else { 0 };
+        for q in 0..4u32 {
+            let ia = planes::index(&words, (8 * q + two_t) as usize);
+            let ib = planes::index(&words, (8 * q + two_t + 1) as usize);
+            assert_eq!(((ea >> (8 * q)) & 0xff, (eb >> (8 * q)) & 0xff), (ia, ib), "single k={K} t={two_t} q={q}");
+            assert_eq!(geo::entry_offset(ea, q, K as u32), ia * 128);
+            if K <= 4 {
+                let pair = (x >> (8 * q)) & 0xff;
+                let bits = K as u32;
+                assert_eq!((geo::deinterleave(pair, 0, bits), geo::deinterleave(pair, 1, bits)), (ia, ib));
+                assert_eq!(geo::entry_offset(x, q, 2 * bits), pair * 128);
+            }
+        }
+    }
+}
+
+#[test]
+fn pair_and_single_indices_match_the_bit_planes() {
+    let mut rng = common::rng("pair_and_single_indices_match_the_bit_planes");
+    for _ in 0..2000 {
+        index_math_case::<2>(&mut rng);
+        index_math_case::<3>(&mut rng);
+        index_math_case::<4>(&mut rng);
+        index_math_case::<5>(&mut rng);
+    }
+}
+
+#[test]
+fn staged_windows_locate_every_plane_word_and_scale() {
+    for bits in 2..=5u64 {
+        for n in [1u64, 7, 8, 72, 129, 4100] {
+            for kt in 0..5u64 {
+                for n0 in (0..n).step_by(64) {
+                    let nv = (n - n0).min(64);
+                    let (w0, woff, wend) = geo::w_window(n, kt, n0, nv, bits);
+                    let (s0, soff, send) = geo::s_window(n, kt, n0, nv);
+                    assert_eq!((w0 % 16, s0 % 16), (0, 0));
+                    let (lo_w, lo_s) = geo::window_offsets(n as u32, kt as u32, n0 as u32, bits as u32);
+                    assert_eq!((lo_w, lo_s), (woff, soff));
+                    assert!(woff == 0 || (bits % 2 == 1 && woff == 8), "k={bits} offset {woff}");
+                    // The staged span fits the chunks the stage reserves.
+                    let nf = 2;
+                    assert!(wend - w0 <= 16 * geo::w_chunks(nf, bits as u32) as u64);
+                    assert!(send - s0 <= 16 * geo::s_chunks(nf) as u64);
+                    for c in 0..nv {
+                        for h in 0..2 {
+                            let kb = 2 * kt + h;
+                            let at = w0 + woff as u64 + (2 * bits * c + bits * h) * 4;
+                            assert_eq!(at / 4, tile::word_index(n, n0 + c, kb, bits));
+                            assert_eq!(s0 + soff as u64 + 2 * c + h, tile::scale_index(n, n0 + c, kb));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// (name, per-block opt-in max, per-SM) shared memory of the GPUs we tune for.
+const GPUS: [(&str, usize, usize); 2] = [("sm_89", 101_376, 102_400), ("sm_90", 232_448, 233_472)];
+
+#[test]
+fn every_instance_fits_sm89_and_sm90_with_a_deep_enough_pipeline() {
+    for (gpu, per_block, per_sm) in GPUS {
+        let mut table = String::new();
+        for bits in 2..=5 {
+            for mb in 1..=4 {
+                for tn in [64, 128] {
+                    let (stages, blocks) = splitk::stages_for(bits, mb, tn, per_block, per_sm, 1024)
+                        .unwrap_or_else(|| panic!("{gpu}: k{bits} m{mb} n{tn} does not fit"));
+                    let smem = geo::smem_bytes(mb, tn / 32, bits, stages) as usize;
+                    assert!(smem <= per_block && blocks as usize * (smem + 1024) <= per_sm);
+                    assert!(stages >= geo::MIN_STAGES);
+                    if gpu == "sm_90" {
+                        assert!(stages >= 4, "{gpu}: k{bits} m{mb} n{tn} only {stages} stages");
+                    }
+                    table += &format!(" k{bits}m{mb}n{tn}:{stages}x{blocks}({}K)", smem / 1024);
+                }
+            }
+        }
+        eprintln!("{gpu} stages x blocks/SM (smem):{table}");
+    }
+}
+
+#[test]
+fn ptx_of_every_mma_kernel_has_the_designed_instructions() {
+    let ptx = kbit::module::PTX;
+    let names = kbit::module::names::all_mma();
+    assert_eq!(names.len(), 64);
+    for name in names {
+        let start = ptx.find(&format!(".entry {name}(")).unwrap_or_else(|| panic!("{name} missing"));
+        let body = &ptx[start..];
+        let body = &body[..body.find("\n}\n").unwrap()];
+        let bf16 = name.ends_with("bf16");
+        for insn in [
+            "cp.async.cg.shared.global.L2::cache_hint",
+            "createpolicy.fractional.L2::evict_first",
+            "cp.async.wait_group",
+            "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+            if bf16 {
+                "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+            } else {
+                "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+            },
+            if bf16 { "fma.rn.bf16x2" } else { "mul.rn.f16x2" },
+            "fence.acq_rel.gpu",
+            "atom.acq_rel.gpu.global.add.u32",
+            "st.relaxed.gpu.global.u32",
+            "ld.global.cg.v4",
+        ] {
+            assert!(body.contains(insn), "{name}: {insn} missing");
+        }
+        assert!(!body.contains(".local"), "{name}: uses local memory");
+    }
+}
+
+// ------------------------------------------------------------- CPU: planner
+
+const LIMITS: Limits = Limits { workspace_f32: kbit::SPLITK_WORKSPACE_F32, counters: kbit::SPLITK_COUNTERS };
+
+/// Checks the invariants of one plan: splits non-empty and partitioning K,
+/// tiles partitioning N, every (tile, split) item assigned to exactly one
+/// block of the grid, every block busy, workspace within the limits.
+fn check_plan(p: &kbit::Plan, what: &str) {
+    assert!(p.splits >= 1 && p.tiles_per_split >= 1, "{what}: {p:?}");
+    assert_eq!(p.k_tiles as usize, (p.k as usize).div_ceil(64), "{what}");
+    let mut next = 0;
+    for s in 0..p.splits {
+        let r = p.split_range(s);
+        assert!(!r.is_empty(), "{what}: split {s} of {} is empty ({p:?})", p.splits);
+        assert_eq!(r.start, next, "{what}: splits not contiguous");
+        next = r.end;
+    }
+    assert_eq!(next, p.k_tiles, "{what}: splits do not cover K");
+    let mut col = 0;
+    for t in 0..p.n_tiles {
+        let c = p.tile_columns(t);
+        assert!(!c.is_empty() && c.start == col, "{what}: tile {t}");
+        col = c.end;
+    }
+    assert_eq!(col, p.n, "{what}: tiles do not cover N");
+    assert_eq!(p.items, p.n_tiles * p.splits);
+    assert!(p.grid >= 1 && p.grid <= p.items, "{what}: grid {} items {}", p.grid, p.items);
+    let mut seen = vec![0u8; p.items as usize];
+    for b in 0..p.grid {
+        let mut any = false;
+        for i in p.block_items(b) {
+            let (t, s) = p.item(i);
+            assert!(t < p.n_tiles && s < p.splits);
+            seen[(t * p.splits + s) as usize] += 1;
+            any = true;
+        }
+        assert!(any, "{what}: block {b} has no work");
+    }
+    assert!(seen.iter().all(|&c| c == 1), "{what}: an item is not covered exactly once");
+    if p.splits > 1 {
+        assert_eq!(p.workspace_f32, p.items as usize * geo::slot_f32(p.tile.m_blocks, p.tile.tile_n / 32) as usize);
+        assert!(p.workspace_f32 <= LIMITS.workspace_f32 && p.n_tiles as usize <= LIMITS.counters, "{what}");
+    }
+}
+
+fn planner_shapes() -> Vec<(usize, usize)> {
+    let mut v: Vec<(usize, usize)> = common::SHAPES.iter().map(|&(_, k, n)| (k, n)).collect();
+    v.extend(common::AWKWARD.iter().map(|&(_, k, n)| (k, n)));
+    for k in [32, 96, 8192] {
+        for n in [8, 72, 4100] {
+            v.push((k, n));
+        }
+    }
+    v.extend([(8192, 28672), (28672, 8192), (8192, 8192), (64, 1), (6400, 130)]);
+    v
+}
+
+#[test]
+fn planner_covers_every_tile_once_with_no_empty_split_on_132_and_128_sms() {
+    let mut n_plans = 0;
+    for sms in [132u32, 128, 108, 114, 170, 7, 1] {
+        for (k, n) in planner_shapes() {
+            for m in [1usize, 5, 16, 17, 33, 64] {
+                let mb = m.div_ceil(16) as u32;
+                for tn in [64u32, 128] {
+                    for bps in [1u32, 2] {
+                        let tile = TileConfig { m_blocks: mb, tile_n: tn, stages: 4, blocks_per_sm: bps };
+                        let k_tiles = k.div_ceil(64) as u32;
+                        let requests = [Splits::Auto, Splits::Max, Splits::Fixed(1), Splits::Fixed(sms)];
+                        for req in requests.into_iter().chain([3, 7, 33, 131, 132, 1000].map(Splits::Fixed)) {
+                            let what = format!("sms {sms} K {k} N {n} M {m} tile {tn} x{bps} {req:?}");
+                            let p = match splitk::plan(m, n, k, 4, sms, tile, req, LIMITS) {
+                                Ok(p) => p,
+                                // A fixed count the 16 MiB workspace cannot hold is an error, never a clamp.
+                                Err(Error::SplitK { .. }) if matches!(req, Splits::Fixed(r) if r > 1) => continue,
+                                Err(e) => panic!("{what}: {e}"),
+                            };
+                            check_plan(&p, &what);
+                            match req {
+                                Splits::Fixed(1) => assert_eq!(p.splits, 1, "{what}"),
+                                Splits::Fixed(r) => assert!(p.splits <= r.min(k_tiles), "{what}"),
+                                _ => {}
+                            }
+                            n_plans += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{n_plans} plans checked");
+}
+
+#[test]
+fn split_counts_are_normalized_so_none_is_empty() {
+    // The reference launched s splits of ceil(k_tiles / s) tiles: with
+    // k_tiles = 128 and 132 SMs the last 4 had no work and their tiles were
+    // never written. Normalized: ceil(k_tiles / ceil(k_tiles / s)).
+    assert_eq!(splitk::normalize_splits(128, 132), (128, 1));
+    assert_eq!(splitk::normalize_splits(100, 33), (25, 4));
+    assert_eq!(splitk::normalize_splits(32, 132), (32, 1));
+    assert_eq!(splitk::normalize_splits(2, 3), (2, 1));
+    assert_eq!(splitk::normalize_splits(1, 0), (1, 1));
+    assert_eq!(splitk::normalize_splits(130, 128), (65, 2));
+    for k_tiles in 1..=300 {
+        for s in 1..=300 {
+            let (sp, tps) = splitk::normalize_splits(k_tiles, s);
+            assert!(sp <= s && sp >= 1 && (sp - 1) * tps < k_tiles && sp * tps >= k_tiles, "{k_tiles} {s}");
+        }
+    }
+}
+
+#[test]
+fn planner_rejects_bad_requests_with_named_arguments() {
+    let tile = TileConfig { m_blocks: 1, tile_n: 64, stages: 4, blocks_per_sm: 1 };
+    let p = |m, n, k, sms, t, s| splitk::plan(m, n, k, 4, sms, t, s, LIMITS);
+    assert!(matches!(p(0, 64, 64, 132, tile, Splits::Auto), Err(Error::Rows { m: 0, .. })));
+    assert!(matches!(p(17, 64, 64, 132, tile, Splits::Auto), Err(Error::Rows { m: 17, max: 16 })));
+    assert!(matches!(p(8, 0, 64, 132, tile, Splits::Auto), Err(Error::OutFeatures)));
+    assert!(matches!(p(8, 64, 48, 132, tile, Splits::Auto), Err(Error::InFeatures(48))));
+    assert!(matches!(p(8, 64, 64, 0, tile, Splits::Auto), Err(Error::SplitK { what: "sm_count", .. })));
+    assert!(matches!(p(8, 64, 64, 132, tile, Splits::Fixed(0)), Err(Error::SplitK { what: "splits", .. })));
+    let bad_tile = TileConfig { tile_n: 96, ..tile };
+    assert!(matches!(p(8, 64, 64, 132, bad_tile, Splits::Auto), Err(Error::SplitK { what: "tile_n", .. })));
+    // 4100 columns × 128 splits of 16 × 64 f32 partials exceed the workspace.
+    let e = p(8, 4100, 8192, 132, tile, Splits::Fixed(128)).unwrap_err();
+    assert!(matches!(e, Error::SplitK { what: "splits", value: 128, .. }), "{e}");
+    // Max stays within it.
+    let m = p(8, 4100, 8192, 132, tile, Splits::Max).unwrap();
+    check_plan(&m, "max");
+}
+
+#[test]
+fn auto_splits_fill_the_gpu_on_small_n() {
+    // kv (K 2048, N 512) at M 8 on 132 SMs: 8 tiles of 64 columns alone would
+    // leave 124 SMs idle.
+    let tile = TileConfig { m_blocks: 1, tile_n: 64, stages: 8, blocks_per_sm: 2 };
+    let p = splitk::plan(8, 512, 2048, 4, 132, tile, Splits::Auto, LIMITS).unwrap();
+    assert!(p.splits > 1 && p.items >= 64, "{p:?}");
+    // Llama-3-70B gate/up (K 8192, N 28672): enough tiles; the model may still
+    // split a little to balance the waves, never past 8.
+    let tile = TileConfig { m_blocks: 1, tile_n: 128, stages: 8, blocks_per_sm: 2 };
+    let p = splitk::plan(8, 28672, 8192, 4, 132, tile, Splits::Auto, LIMITS).unwrap();
+    assert!(p.splits <= 8, "{p:?}");
+    eprintln!("70B gate/up on 132 SMs: {} splits, {} items, grid {}", p.splits, p.items, p.grid);
+}
+
+// ------------------------------------------------------------------ GPU
+
+/// Unit in the last place of `v` in T (f16: 11 significant bits, min
+/// subnormal 2^-24; bf16: 8 bits).
+fn ulp<T: Element>(v: f64) -> f64 {
+    let (mant, min) = match T::DTYPE {
+        kbit::Dtype::F16 => (10, -24),
+        _ => (7, -133),
+    };
+    let e = if v == 0.0 { min } else { (v.abs().log2().floor() as i32 - mant).max(min) };
+    2f64.powi(e)
+}
+
+struct Case {
+    m: usize,
+    k: usize,
+    n: usize,
+    bits: u32,
+    splits: Splits,
+    sms: Option<u32>,
+}
+
+/// Quantized weight with its two references' weights.
+struct Prepared<T> {
+    dev: kbit::KbitWeight,
+    w_t: Vec<T>,
+    w_32: Vec<f32>,
+}
+
+fn prepare<T: Element>(ctx: &Context, rng: &mut SmallRng, k: usize, n: usize, bits: u32) -> Prepared<T> {
+    let shape = Shape::new(n, k).unwrap();
+    let cb = Codebook::nf(bits).unwrap();
+    let scale = rng.random_range(0.05f32..3.0);
+    let w: Vec<f32> = common::gaussian(rng, shape.numel(), scale);
+    let tiled = reference::repack(&reference::quantize(&w, shape, &cb).unwrap(), ScaleMode::Strict).unwrap();
+    let w_32 = reference::dequantize_tiled::<f32>(&tiled);
+    // The kernel's weights: codebook rounded to T, product rounded to T
+    // (f32(T(cb)·amax) is exact, so dequantize_tiled::<T> rounds it once).
+    let cb_t = Codebook::new(cb.values().iter().map(|&v| T::from_f32_rne(v).to_f32()).collect()).unwrap();
+    let as_t = TiledWeight::from_parts(shape, cb_t, tiled.packed().to_vec(), tiled.scales().to_vec()).unwrap();
+    let w_t = reference::dequantize_tiled::<T>(&as_t);
+    Prepared { dev: ctx.upload(&tiled).unwrap(), w_t, w_32 }
+}
+
+/// Runs one call into a NaN-poisoned output and returns it.
+fn run<T: Element>(
+    ctx: &Context,
+    x: &cudarc::driver::CudaSlice<T>,
+    m: usize,
+    w: &kbit::KbitWeight,
+    opts: MmaOptions,
+) -> (Vec<T>, kbit::Plan) {
+    let mut y = ctx.stream().clone_htod(&vec![T::nan(); m * w.shape().n]).unwrap();
+    let plan = ctx.mma_gemm_with(x, m, w, &mut y, opts).unwrap();
+    (ctx.stream().clone_dtoh(&y).unwrap(), plan)
+}
+
+fn check_case<T: Element>(ctx: &Context, rng: &mut SmallRng, c: &Case) {
+    let shape = Shape::new(c.n, c.k).unwrap();
+    let p = prepare::<T>(ctx, rng, c.k, c.n, c.bits);
+    let x: Vec<T> = common::uniform(rng, c.m * c.k);
+    let xd = ctx.stream().clone_htod(&x).unwrap();
+    let opts = MmaOptions { splits: c.splits, sm_count_override: c.sms };
+    let (y, plan) = run(ctx, &xd, c.m, &p.dev, opts);
+    let what = format!(
+        "M {} K {} N {} k={} {:?} {:?} sms {:?} -> {} splits x {} K tiles, tile {}x{}, grid {}",
+        c.m,
+        c.k,
+        c.n,
+        c.bits,
+        T::DTYPE,
+        c.splits,
+        c.sms,
+        plan.splits,
+        plan.tiles_per_split,
+        16 * plan.tile.m_blocks,
+        plan.tile.tile_n,
+        plan.grid
+    );
+    if c.splits == Splits::Fixed(1) {
+        assert_eq!(plan.splits, 1, "{what}");
+    }
+    let got: Vec<f32> = y.iter().map(|v| v.to_f32()).collect();
+    let ref_t = reference::matmul_f64(&x, c.m, &p.w_t, shape).unwrap();
+    let ref_32 = reference::matmul_f64(&x, c.m, &p.w_32, shape).unwrap();
+    let rms = (ref_t.iter().map(|v| v * v).sum::<f64>() / ref_t.len() as f64).sqrt();
+    // f32 accumulation: at most one rounding of a partial sum (|s| ≲ 4·rms)
+    // per k16 step, ≤ 2^-23 relative each even if truncating: K/16 · 2^-23 · 4·rms.
+    let accumulation = c.k as f64 * 2f64.powi(-25) * rms;
+    for (i, (&g, &r)) in got.iter().zip(&ref_t).enumerate() {
+        let bound = ulp::<T>(r) + accumulation;
+        assert!(
+            (g as f64 - r).abs() <= bound,
+            "{what}: y[{}, {}] = {g}, exact-weight reference {r} (bound {bound:e})",
+            i / c.n,
+            i % c.n
+        );
+    }
+    let (fro_t, _) = common::errors(&got, &ref_t, 1.0);
+    let (fro_32, _) = common::errors(&got, &ref_32, 1.0);
+    let (lim_t, lim_32) = if T::DTYPE == kbit::Dtype::F16 { (2f64.powi(-10), 2e-3) } else { (2f64.powi(-7), 1.2e-2) };
+    assert!(fro_t < lim_t, "{what}: relative Frobenius error vs exact weights {fro_t:e}");
+    assert!(fro_32 < lim_32, "{what}: relative Frobenius error vs f32 weights {fro_32:e}");
+    // Same call again, no re-zeroing in between: identical bits.
+    let (again, _) = run(ctx, &xd, c.m, &p.dev, opts);
+    common::assert_bits_eq(&again, &y, &format!("{what}: repeated call"));
+}
+
+/// M values, shapes (K, N) and split policies; each case takes the next M,
+/// k and dtype from rotations, so every value appears without the full
+/// cartesian product.
+fn cases() -> Vec<(Case, bool)> {
+    const MS: [usize; 10] = [5, 8, 13, 16, 17, 31, 32, 33, 48, 64];
+    let mut shapes: Vec<(usize, usize)> = common::SHAPES.iter().map(|&(_, k, n)| (k, n)).collect();
+    shapes.extend([(2048, 8), (1024, 72), (512, 4100), (32, 512), (96, 1024), (8192, 512), (8192, 72), (96, 4100)]);
+    let mut v = Vec::new();
+    let mut i = 0usize;
+    for &(k, n) in &shapes {
+        for splits in [Splits::Fixed(1), Splits::Max, Splits::Auto] {
+            let bits = 2 + (i % 4) as u32;
+            let bf16 = (i / 4 + i) % 2 == 1;
+            v.push((Case { m: MS[(i * 3) % MS.len()], k, n, bits, splits, sms: None }, bf16));
+            i += 1;
+        }
+    }
+    // Other GPUs' SM counts: the plan changes, the results must not.
+    for (j, sms) in [128u32, 132, 7, 1].into_iter().enumerate() {
+        let bits = 2 + j as u32;
+        v.push((Case { m: MS[j * 3 % 10], k: 2048, n: 520, bits, splits: Splits::Auto, sms: Some(sms) }, j % 2 == 0));
+        v.push((Case { m: 16, k: 8192, n: 72, bits, splits: Splits::Max, sms: Some(sms) }, j % 2 == 1));
+    }
+    v
+}
+
+#[test]
+fn mma_gemm_matches_the_f64_references() {
+    let cs = cases();
+    // Coverage of the rotation (checked without a GPU too).
+    for m in [5, 8, 13, 16, 17, 31, 32, 33, 48, 64] {
+        assert!(cs.iter().any(|(c, _)| c.m == m), "M {m} not covered");
+    }
+    for bits in 2..=5 {
+        for bf in [false, true] {
+            assert!(cs.iter().any(|(c, b)| c.bits == bits && *b == bf), "k={bits} bf16={bf} not covered");
+        }
+    }
+    for (k, n) in [(32, 512), (96, 1024), (8192, 512), (2048, 8), (1024, 72), (512, 4100)] {
+        assert!(cs.iter().any(|(c, _)| c.k == k && c.n == n));
+    }
+    let Some(ctx) = common::gpu("mma_gemm_matches_the_f64_references") else { return };
+    let mut rng = common::rng("mma_gemm_matches_the_f64_references");
+    let t0 = std::time::Instant::now();
+    for (c, bf) in &cs {
+        if *bf {
+            check_case::<bf16>(&ctx, &mut rng, c);
+        } else {
+            check_case::<f16>(&ctx, &mut rng, c);
+        }
+    }
+    eprintln!("mma_gemm: {} cases match in {:.1} s", cs.len(), t0.elapsed().as_secs_f64());
+}
+
+#[test]
+fn mma_gemm_is_deterministic_across_interleaved_plans() {
+    let Some(ctx) = common::gpu("mma_gemm_is_deterministic_across_interleaved_plans") else { return };
+    let mut rng = common::rng("mma_gemm_is_deterministic_across_interleaved_plans");
+    // Two weights whose split-K plans share the workspace and counters.
+    let a = prepare::<f16>(&ctx, &mut rng, 4096, 520, 4);
+    let b = prepare::<f16>(&ctx, &mut rng, 2048, 200, 3);
+    let xa = ctx.stream().clone_htod(&common::uniform::<f16>(&mut rng, 24 * 4096)).unwrap();
+    let xb = ctx.stream().clone_htod(&common::uniform::<f16>(&mut rng, 9 * 2048)).unwrap();
+    let max = MmaOptions { splits: Splits::Max, sm_count_override: None };
+    let (ya, pa) = run(&ctx, &xa, 24, &a.dev, max);
+    assert!(pa.splits > 1, "{pa:?}");
+    let (yb, _) = run(&ctx, &xb, 9, &b.dev, max);
+    for round in 0..5 {
+        for opts in [max, MmaOptions::default(), MmaOptions { splits: Splits::Fixed(3), sm_count_override: Some(5) }] {
+            let (y2, _) = run(&ctx, &xb, 9, &b.dev, opts);
+            if opts == max {
+                common::assert_bits_eq(&y2, &yb, &format!("b round {round}"));
+            }
+            let (y1, _) = run(&ctx, &xa, 24, &a.dev, max);
+            common::assert_bits_eq(&y1, &ya, &format!("a round {round} after {opts:?}"));
+        }
+    }
+    // Back-to-back launches with no host round trip in between.
+    let mut outs: Vec<_> = (0..8).map(|_| ctx.stream().clone_htod(&vec![f16::NAN; 24 * 520]).unwrap()).collect();
+    for y in outs.iter_mut() {
+        ctx.mma_gemm_with(&xa, 24, &a.dev, y, max).unwrap();
+    }
+    for y in &outs {
+        common::assert_bits_eq(&ctx.stream().clone_dtoh(y).unwrap(), &ya, "back-to-back");
+    }
+}
+
+#[test]
+fn mma_gemm_rejects_bad_arguments() {
+    let Some(ctx) = common::gpu("mma_gemm_rejects_bad_arguments") else { return };
+    let mut rng = common::rng("mma_gemm_rejects_bad_arguments");
+    let p = prepare::<f16>(&ctx, &mut rng, 128, 64, 4);
+    let x = ctx.stream().clone_htod(&common::uniform::<f16>(&mut rng, 8 * 128 + 8)).unwrap();
+    let xs = x.slice(0..8 * 128);
+    let mut y = ctx.stream().alloc_zeros::<f16>(8 * 64).unwrap();
+    let e = ctx.mma_gemm(&xs, 0, &p.dev, &mut y).unwrap_err();
+    assert!(matches!(e, Error::Rows { m: 0, max: 64 }), "{e}");
+    let e = ctx.mma_gemm(&xs, 65, &p.dev, &mut y).unwrap_err();
+    assert!(matches!(e, Error::Rows { m: 65, .. }), "{e}");
+    let e = ctx.mma_gemm(&xs, 7, &p.dev, &mut y).unwrap_err();
+    assert!(matches!(e, Error::Length { what: "activations", .. }), "{e}");
+    let mut short = ctx.stream().alloc_zeros::<f16>(8 * 64 - 1).unwrap();
+    let e = ctx.mma_gemm(&xs, 8, &p.dev, &mut short).unwrap_err();
+    assert!(matches!(e, Error::Length { what: "output", .. }), "{e}");
+    let shifted = x.slice(1..8 * 128 + 1);
+    let e = ctx.mma_gemm(&shifted, 8, &p.dev, &mut y).unwrap_err();
+    assert!(matches!(e, Error::Alignment { what: "activations", align: 16 }), "{e}");
+    let x32 = ctx.stream().alloc_zeros::<f32>(8 * 128).unwrap();
+    let mut y32 = ctx.stream().alloc_zeros::<f32>(8 * 64).unwrap();
+    let e = ctx.mma_gemm(&x32, 8, &p.dev, &mut y32).unwrap_err();
+    assert!(matches!(e, Error::Mismatch { .. }), "{e}");
+    let fixed0 = MmaOptions { splits: Splits::Fixed(0), sm_count_override: None };
+    let e = ctx.mma_gemm_with(&xs, 8, &p.dev, &mut y, fixed0).unwrap_err();
+    assert!(matches!(e, Error::SplitK { what: "splits", .. }), "{e}");
+    let zero_sms = MmaOptions { splits: Splits::Auto, sm_count_override: Some(0) };
+    let e = ctx.mma_gemm_with(&xs, 8, &p.dev, &mut y, zero_sms).unwrap_err();
+    assert!(matches!(e, Error::SplitK { what: "sm_count", .. }), "{e}");
+    // A valid call still works after the rejected ones, into an odd-offset
+    // output view (16-bit stores) of an odd N.
+    let q = prepare::<bf16>(&ctx, &mut rng, 96, 33, 5);
+    let xq = ctx.stream().clone_htod(&common::uniform::<bf16>(&mut rng, 5 * 96)).unwrap();
+    let mut big = ctx.stream().clone_htod(&vec![bf16::NAN; 5 * 33 + 1]).unwrap();
+    let mut view = big.slice_mut(1..5 * 33 + 1);
+    ctx.mma_gemm(&xq, 5, &q.dev, &mut view).unwrap();
+    let got: Vec<f32> = ctx.stream().clone_dtoh(&big).unwrap()[1..].iter().map(|v| v.to_f32()).collect();
+    let want =
+        reference::matmul_f64(&ctx.stream().clone_dtoh(&xq).unwrap(), 5, &q.w_t, Shape::new(33, 96).unwrap()).unwrap();
+    let (fro, _) = common::errors(&got, &want, 1.0);
+    assert!(fro < 2f64.powi(-7), "odd view: {fro:e}");
+}
