@@ -19,6 +19,8 @@ options:
   --only LIST       measure only these design shapes (the TOTAL row then
                     covers only them)
   --dtype T         activations/outputs and baseline: f16 (default) or bf16
+  --kernels LIST    measure only these kbit kernels (scalar, mma, dequant_cublas,
+                    grouped_scalar, grouped_mma); default all
   --quick           fewer repeats and shorter replays (rough numbers, ~4x faster)
   --dequant         instead of the tables: dequantize bandwidth per k and shape
                     (design shapes + 8192x28672), and dequant + GEMM vs fp16 GEMM
@@ -85,6 +87,8 @@ pub struct Options {
     pub experts: usize,
     pub extra: Vec<BenchShape>,
     pub only: Option<Vec<String>>,
+    /// Kernels to measure (`--kernels`); the others show `-`.
+    pub kernels: Vec<kbit::Kernel>,
     pub dtype: Dtype,
     pub quick: bool,
     pub dequant: bool,
@@ -101,6 +105,7 @@ impl Default for Options {
             experts: 8,
             extra: Vec::new(),
             only: None,
+            kernels: kbit::Kernel::ALL.to_vec(),
             dtype: Dtype::F16,
             quick: false,
             dequant: false,
@@ -179,6 +184,13 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> 
                     ));
                 }
                 o.only = Some(names);
+            }
+            "--kernels" => {
+                o.kernels = value(&mut it)?
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(|n| kbit::Kernel::from_name(n).ok_or_else(|| format!("--kernels: unknown kernel {n:?}")))
+                    .collect::<Result<_, _>>()?;
             }
             "--dtype" => {
                 o.dtype = match value(&mut it)?.as_str() {

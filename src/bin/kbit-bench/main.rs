@@ -300,6 +300,9 @@ impl Bench<'_> {
         if grouped && shape.experts == 1 {
             return Ok(None); // grouped kernels serve MoE experts only
         }
+        if !self.opts.kernels.contains(&kernel) {
+            return Ok(None);
+        }
         match ctx.force_kernel(Some(kernel)) {
             Ok(()) => {}
             Err(Error::NotApplicable { .. }) => return Ok(None),
