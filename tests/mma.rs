@@ -223,8 +223,6 @@ fn ptx_of_every_mma_kernel_has_the_designed_instructions() {
         let body = &body[..body.find("\n}\n").unwrap()];
         let bf16 = name.ends_with("bf16");
         for insn in [
-            "cp.async.cg.shared.global.L2::cache_hint",
-            "createpolicy.fractional.L2::evict_first",
             "cp.async.wait_group",
             "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
             if bf16 {

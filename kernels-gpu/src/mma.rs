@@ -43,7 +43,9 @@
 //! ≤ S−2 copy groups are pending (the current tile has landed), barrier
 //! (everyone finished the previous tile, whose buffer is refilled next),
 //! issue the copies of tile i+S−1, commit (always, so group counting holds),
-//! compute tile i. Weights and scales carry an L2 evict-first policy.
+//! compute tile i. (Weights carry no L2 evict-first policy: on sm_90 the
+//! driver's JIT turned `cp.async` with both a src-size and a cache-policy
+//! operand into an illegal instruction.)
 //!
 //! # Split-K protocol
 //!
@@ -211,7 +213,6 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
         tile_n: geo::tile_n(nfu),
         grid: ptx::grid_dim(),
     };
-    let policy = ptx::policy_evict_first();
 
     let mut ld = Cursor::at(ptx::bid(), &s);
     let mut cs = ld;
@@ -220,7 +221,7 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
     // Prologue: the first S−1 tiles, one commit group each.
     for _ in 1..a.stages {
         if ld.live(&s) {
-            unsafe { issue::<K, MB, NF>(a, &ld, buf_w, tid, policy) };
+            unsafe { issue::<K, MB, NF>(a, &ld, buf_w, tid) };
             ld.advance(&s);
         }
         ptx::cp_async_commit();
@@ -232,7 +233,7 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
         ptx::cp_async_wait_dyn(a.stages - 2);
         ptx::bar_sync();
         if ld.live(&s) {
-            unsafe { issue::<K, MB, NF>(a, &ld, buf_w, tid, policy) };
+            unsafe { issue::<K, MB, NF>(a, &ld, buf_w, tid) };
             ld.advance(&s);
         }
         ptx::cp_async_commit();
@@ -259,7 +260,6 @@ unsafe fn issue<const K: usize, const MB: usize, const NF: usize>(
     c: &Cursor,
     buf: u32,
     tid: u32,
-    policy: u64,
 ) {
     let (kb, mbu, nfu) = (K as u32, MB as u32, NF as u32);
     let kt = c.kt as u64;
@@ -287,7 +287,7 @@ unsafe fn issue<const K: usize, const MB: usize, const NF: usize>(
             let ga = w0 + 16 * ch as u64;
             let bytes = if wend > ga { (wend - ga).min(16) as u32 } else { 0 };
             let src = if bytes > 0 { unsafe { packed.add(ga as usize) } } else { packed };
-            unsafe { ptx::cp_async_16_zfill_hint(wdst + 16 * ch, src, bytes, policy) };
+            unsafe { ptx::cp_async_16_zfill(wdst + 16 * ch, src, bytes) };
         }
     }
     // Scale bytes, likewise (at most TILE_N/8 + 1 chunks: one per thread).
@@ -296,7 +296,7 @@ unsafe fn issue<const K: usize, const MB: usize, const NF: usize>(
         let ga = s0 + 16 * tid as u64;
         let bytes = if send > ga { (send - ga).min(16) as u32 } else { 0 };
         let src = if bytes > 0 { unsafe { a.scales.add(ga as usize) } } else { a.scales };
-        unsafe { ptx::cp_async_16_zfill_hint(buf + geo::s_offset(mbu, nfu, kb) + 16 * tid, src, bytes, policy) };
+        unsafe { ptx::cp_async_16_zfill(buf + geo::s_offset(mbu, nfu, kb) + 16 * tid, src, bytes) };
     }
 }
 

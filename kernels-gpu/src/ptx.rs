@@ -312,20 +312,6 @@ pub unsafe fn cp_async_16_zfill(dst: u32, src: *const u8, src_size: u32) {
     }
 }
 
-/// As [`cp_async_16_zfill`] with an L2 cache policy (from [`policy_evict_first`]):
-/// weights are read exactly once, so they should not push activations and
-/// split-K partials out of L2. sm_80.
-///
-/// # Safety
-/// As [`cp_async_16_zfill`]; `policy` comes from a `createpolicy` wrapper.
-#[inline(always)]
-pub unsafe fn cp_async_16_zfill_hint(dst: u32, src: *const u8, src_size: u32, policy: u64) {
-    unsafe {
-        asm!("cp.async.cg.shared.global.L2::cache_hint [{d}], [{s}], 16, {n}, {p};",
-             d = in(reg32) dst, s = in(reg64) src, n = in(reg32) src_size, p = in(reg64) policy)
-    }
-}
-
 /// `createpolicy.fractional.L2::evict_first.b64`: an L2 policy that marks
 /// every line it touches as first to evict (streamed weights). sm_80.
 #[inline(always)]
