@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! 1. scalar GEMV        M ≤ 4          kernel 1 (gemv.rs)
-//! 2. MMA dequant GEMM   M ≤ 64         kernel 2 (mma.rs), split-K over the SMs
+//! 2. MMA dequant GEMM   M ≤ 32 (≤ 64 forced)  kernel 2 (mma.rs), split-K over the SMs
 //! 3. dequant + cuBLAS   any M          dequantize W into a scratch buffer, one GemmEx
 //! ```
 //!
@@ -36,7 +36,7 @@ use std::sync::{Mutex, MutexGuard};
 pub enum Kernel {
     /// 1. Scalar GEMV (M = 1..4, dense layers).
     Scalar,
-    /// 2. Tensor-core dequant GEMM (M = 5..16, dense layers).
+    /// 2. Tensor-core dequant GEMM (M ≤ 64; automatic dispatch uses it for M = 5..32).
     Mma,
     /// 3. Dequantize to f16/bf16, then a cuBLAS GEMM (any M).
     DequantCublas,
@@ -138,8 +138,9 @@ fn not_applicable(kernel: Kernel, why: impl Into<String>) -> Error {
 const MMA_MAX_M: usize = kbit_format::mma::MAX_M as usize;
 
 /// Largest M for which automatic dispatch prefers the MMA kernel over
-/// dequant + cuBLAS (from the measured crossover; see bench-results/NOTES.md).
-const MMA_AUTO_MAX_M: usize = MMA_MAX_M;
+/// dequant + cuBLAS: on the H100 the MMA kernel wins every design shape
+/// TOTAL up to M = 32 and loses at M = 64 (bench-results/NOTES.md).
+const MMA_AUTO_MAX_M: usize = 32;
 
 /// Why `kernel` cannot compute `linear` with `m` rows, or `None` if it can.
 /// `auto` applies the dispatch preferences on top of the hard limits.

@@ -76,7 +76,7 @@ fn check_linear<T: Element>(
 fn expected_kernel(m: usize) -> Kernel {
     match m {
         1..=4 => Kernel::Scalar,
-        5..=64 => Kernel::Mma,
+        5..=32 => Kernel::Mma,
         _ => Kernel::DequantCublas,
     }
 }
@@ -174,35 +174,45 @@ fn linear_is_capturable_in_a_cuda_graph() {
     let s = ctx.stream();
     let mode = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
     let flags = cudarc::driver::sys::CUgraphInstantiate_flags(0);
+    // (The dequant + cuBLAS path is the one with resources to set up; the
+    // MMA kernel that automatic dispatch picks at this M needs none.)
+    ctx.force_kernel(Some(Kernel::DequantCublas)).unwrap();
     s.begin_capture(mode).unwrap();
     let refused = ctx.linear(&dx, m, &w, &mut dy);
     let _ = s.end_capture(flags);
+    ctx.force_kernel(None).unwrap();
     assert!(matches!(refused, Err(Error::NotApplicable { kernel: Kernel::DequantCublas, .. })), "{refused:?}");
 
-    // Set up ahead (handle, workspace, scratch), then one eager call so that
-    // cuBLAS has loaded its kernel for this shape before the capture.
-    ctx.prepare_linear(shape).unwrap();
-    ctx.linear(&dx, m, &w, &mut dy).unwrap();
-    let eager: Vec<f32> = ctx.stream().clone_dtoh(&dy).unwrap().iter().map(|v| v.to_f32()).collect();
-    ctx.synchronize().unwrap();
-    let mut dy = poisoned::<f16>(&ctx, m * shape.n);
-    s.begin_capture(mode).unwrap();
-    let r = ctx.linear(&dx, m, &w, &mut dy);
-    let graph = s.end_capture(flags).unwrap().expect("a captured graph");
-    r.unwrap();
-    // Nothing ran yet: the output is still poisoned.
-    assert!(ctx.stream().clone_dtoh(&dy).unwrap().iter().all(|v| v.is_nan()));
-    for _ in 0..3 {
-        graph.launch().unwrap();
+    // Capture and replay on the cuBLAS path and on the kernel automatic
+    // dispatch picks (MMA at this M).
+    for forced in [Some(Kernel::DequantCublas), None] {
+        ctx.force_kernel(forced).unwrap();
+        // Set up ahead (handle, workspace, scratch), then one eager call so that
+        // cuBLAS has loaded its kernel for this shape before the capture.
+        ctx.prepare_linear(shape).unwrap();
+        ctx.linear(&dx, m, &w, &mut dy).unwrap();
+        let eager: Vec<f32> = ctx.stream().clone_dtoh(&dy).unwrap().iter().map(|v| v.to_f32()).collect();
+        ctx.synchronize().unwrap();
+        let mut dy = poisoned::<f16>(&ctx, m * shape.n);
+        s.begin_capture(mode).unwrap();
+        let r = ctx.linear(&dx, m, &w, &mut dy);
+        let graph = s.end_capture(flags).unwrap().expect("a captured graph");
+        r.unwrap();
+        // Nothing ran yet: the output is still poisoned.
+        assert!(ctx.stream().clone_dtoh(&dy).unwrap().iter().all(|v| v.is_nan()));
+        for _ in 0..3 {
+            graph.launch().unwrap();
+        }
+        let got: Vec<f32> = ctx.stream().clone_dtoh(&dy).unwrap().iter().map(|v| v.to_f32()).collect();
+        ctx.synchronize().unwrap();
+        let want = reference::matmul_f64(&x, m, &want_w, shape).unwrap();
+        let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
+        for (name, got) in [("eager", &eager), ("graph replay", &got)] {
+            let (rel, worst) = common::errors(got, &want, rms);
+            assert!(rel <= 1e-3 && worst <= 4e-3, "{forced:?} {name}: {rel:.2e} {worst:.2e}");
+        }
     }
-    let got: Vec<f32> = ctx.stream().clone_dtoh(&dy).unwrap().iter().map(|v| v.to_f32()).collect();
-    ctx.synchronize().unwrap();
-    let want = reference::matmul_f64(&x, m, &want_w, shape).unwrap();
-    let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
-    for (name, got) in [("eager", &eager), ("graph replay", &got)] {
-        let (rel, worst) = common::errors(got, &want, rms);
-        assert!(rel <= 1e-3 && worst <= 4e-3, "{name}: {rel:.2e} {worst:.2e}");
-    }
+    ctx.force_kernel(None).unwrap();
 }
 
 fn small_weight(ctx: &Context) -> KbitWeight {

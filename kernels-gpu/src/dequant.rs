@@ -9,7 +9,7 @@
 use crate::elem::Elem;
 use crate::ptx;
 use crate::tile_io::{codebook_at, load_planes, stage_codebook};
-use core::num::NonZeroU64;
+use core::num::NonZeroU32;
 use kbit_format::{e4m4, planes, quant, tile};
 
 /// Where a quant block's planes and scale live.
@@ -63,46 +63,24 @@ pub unsafe fn run<const K: usize, L: Layout, T: Elem>(
 ) {
     let book = unsafe { stage_codebook::<K>(cb) };
     // Non-zero by construction (the host rejects K < 32), typed so that the
-    // divisions below carry no division-by-zero panic path.
-    let Some(kblocks) = NonZeroU64::new((k_dim / 32) as u64) else { return };
-    let total = n_dim as u64 * kblocks.get() * 4;
-    let stride = ptx::grid_threads();
-    let mut t0 = ptx::global_tid();
-    // UNROLL independent octets per step (t0, t0 + stride, ...): all their
-    // plane and scale loads are issued before the first lookup, so each
-    // thread keeps UNROLL loads in flight instead of one.
-    while t0 < total {
-        // Named values, not an array indexed in a loop: they must stay in
-        // registers (0-byte stack frame).
-        let load = |u: u64| {
-            let t = t0 + u * stride;
-            if t < total {
-                let b = t / 4;
-                let (word, a) = unsafe { L::block(scales, n_dim as u64, kblocks.get(), b / kblocks, b % kblocks, K as u64) };
-                (unsafe { load_planes::<K>(packed.add(word as usize)) }, a)
-            } else {
-                ([0u32; K], 0.0)
-            }
-        };
-        let store = |u: u64, (w, amax): ([u32; K], f32)| {
-            let t = t0 + u * stride;
-            if t < total {
-                let idx = planes::octet::<K>(&w, (t % 4) as u32);
-                let v = idx.map(|i| quant::dequant(unsafe { codebook_at(book, i) }, amax));
-                unsafe { T::store8(out.add((t * 8) as usize), v) };
-            }
-        };
-        let (l0, l1, l2, l3) = (load(0), load(1), load(2), load(3));
-        store(0, l0);
-        store(1, l1);
-        store(2, l2);
-        store(3, l3);
-        t0 += UNROLL as u64 * stride;
+    // divisions below carry no division-by-zero panic path. Block indices
+    // fit in u32 (the host allows fewer than 2^32 blocks), so the per-thread
+    // row/column split is a 32-bit division, not a 64-bit software routine.
+    let Some(kblocks) = NonZeroU32::new(k_dim / 32) else { return };
+    let total = n_dim as u64 * kblocks.get() as u64 * 4;
+    let mut t = ptx::global_tid();
+    while t < total {
+        let b = (t / 4) as u32;
+        let q = (t % 4) as u32;
+        let (n, kb) = ((b / kblocks) as u64, (b % kblocks) as u64);
+        let (word, amax) = unsafe { L::block(scales, n_dim as u64, kblocks.get() as u64, n, kb, K as u64) };
+        let w = unsafe { load_planes::<K>(packed.add(word as usize)) };
+        let idx = planes::octet::<K>(&w, q);
+        let v = idx.map(|i| quant::dequant(unsafe { codebook_at(book, i) }, amax));
+        unsafe { T::store8(out.add((t * 8) as usize), v) };
+        t += ptx::grid_threads();
     }
 }
-
-/// Independent octets per thread per loop step of [`run`].
-pub const UNROLL: usize = 4;
 
 /// Body of the `kbit_grouped_dequant_k{K}_{T}` kernels: `blockIdx.y` is the
 /// expert; an expert with no rows (from the device-side `offsets`) is

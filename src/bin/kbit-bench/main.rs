@@ -296,7 +296,10 @@ impl Bench<'_> {
         y: &mut CudaSlice<T>,
     ) -> kbit::Result<Option<Measured>> {
         let ctx = self.ctx;
-        let grouped = matches!(kernel, Kernel::GroupedScalar | Kernel::GroupedMma);
+        // MoE rows: the grouped kernels, and dequant + cuBLAS, run as one
+        // expert_linear call (the latter batched over the experts).
+        let grouped = matches!(kernel, Kernel::GroupedScalar | Kernel::GroupedMma)
+            || (kernel == Kernel::DequantCublas && shape.experts > 1);
         if grouped && shape.experts == 1 {
             return Ok(None); // grouped kernels serve MoE experts only
         }
