@@ -196,7 +196,8 @@ fn linear_is_capturable_in_a_cuda_graph() {
         let mut dy = poisoned::<f16>(&ctx, m * shape.n);
         s.begin_capture(mode).unwrap();
         let r = ctx.linear(&dx, m, &w, &mut dy);
-        let graph = s.end_capture(flags).unwrap().expect("a captured graph");
+        let graph = s.end_capture(flags).unwrap_or_else(|e| panic!("{forced:?}: capture: {e} (call: {r:?})"));
+        let graph = graph.expect("a captured graph");
         r.unwrap();
         // Nothing ran yet: the output is still poisoned.
         assert!(ctx.stream().clone_dtoh(&dy).unwrap().iter().all(|v| v.is_nan()));
