@@ -38,6 +38,14 @@ fn random_weight(ctx: &Context, rng: &mut SmallRng, shape: Shape, bits: u32) -> 
     (dev, host)
 }
 
+/// The GPU tests of this binary run one at a time: they share the process's
+/// primary CUDA context, and a graph capture was once seen invalidated while
+/// another test thread was setting up (module load, cuBLAS handle).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn poisoned<T: Element>(ctx: &Context, len: usize) -> CudaSlice<T> {
     ctx.stream().clone_htod(&vec![T::nan(); len]).unwrap()
 }
@@ -84,6 +92,7 @@ fn expected_kernel(m: usize) -> Kernel {
 #[test]
 fn linear_matches_reference_on_design_shapes() {
     let test = "linear_matches_reference_on_design_shapes";
+    let _serial = serial();
     let Some(ctx) = common::gpu(test) else { return };
     let mut rng = common::rng(test);
     let mut seen = [[false; MS.len()]; common::SHAPES.len()];
@@ -114,6 +123,7 @@ fn linear_matches_reference_on_design_shapes() {
 #[test]
 fn linear_matches_reference_on_awkward_shapes() {
     let test = "linear_matches_reference_on_awkward_shapes";
+    let _serial = serial();
     let Some(ctx) = common::gpu(test) else { return };
     let mut rng = common::rng(test);
     for (i, &(name, k, n)) in common::AWKWARD.iter().enumerate() {
@@ -134,6 +144,7 @@ fn linear_accepts_views_and_small_then_large_weights() {
     // Row slices of larger buffers (as MoE expert batches are), and a
     // scratch buffer that has to grow between calls.
     let test = "linear_accepts_views_and_small_then_large_weights";
+    let _serial = serial();
     let Some(ctx) = common::gpu(test) else { return };
     let mut rng = common::rng(test);
     for (n, k) in [(128, 256), (2048, 1024), (64, 512)] {
@@ -159,6 +170,7 @@ fn linear_accepts_views_and_small_then_large_weights() {
 #[test]
 fn linear_is_capturable_in_a_cuda_graph() {
     let test = "linear_is_capturable_in_a_cuda_graph";
+    let _serial = serial();
     let Some(ctx) = common::gpu(test) else { return };
     let mut rng = common::rng(test);
     let shape = Shape::new(512, 2048).unwrap();
@@ -225,6 +237,7 @@ fn small_weight(ctx: &Context) -> KbitWeight {
 
 #[test]
 fn linear_rejects_bad_arguments() {
+    let _serial = serial();
     let Some(ctx) = common::gpu("linear_rejects_bad_arguments") else { return };
     let w = small_weight(&ctx); // N = 64, K = 128
     let s = ctx.stream();
@@ -257,6 +270,7 @@ fn linear_rejects_bad_arguments() {
 
 #[test]
 fn forcing_kernels() {
+    let _serial = serial();
     let Some(ctx) = common::gpu("forcing_kernels") else { return };
     assert_eq!(ctx.last_kernel(), None);
     assert_eq!(ctx.forced_kernel(), None);
