@@ -3,12 +3,19 @@
 
 use crate::ptx;
 
-/// Loads the `K` plane words of one quant block, as wide as alignment allows:
-/// a block's planes start at a multiple of `K` words in both layouts, so
-/// k = 2 is 8-aligned and k = 4 is 16-aligned.
+/// Loads the `K` plane words of one quant block with as few load
+/// instructions as alignment allows. A block's planes start at a multiple of
+/// `K` words in both layouts, so k = 2 is 8-aligned and k = 4 16-aligned;
+/// for odd k the start is even or odd, and `ceil(K/2)` 8-byte loads from
+/// the even word at or below it cover the block (one word past it at most,
+/// which is the next block's first plane or a padding word), followed by a
+/// parity select.
 ///
 /// # Safety
-/// `p` points at `K` readable words, aligned to `4·K` bytes for K = 2, 4.
+/// `p` points at `K` readable words followed, for odd K at an even word, by
+/// one more readable word (true of both layouts: the tiled layout has both
+/// halves of every tile, the flat layout `K` padding words); aligned to
+/// `4·K` bytes for K = 2, 4.
 #[inline(always)]
 pub unsafe fn load_planes<const K: usize>(p: *const u32) -> [u32; K] {
     let mut w = [0u32; K];
@@ -25,6 +32,17 @@ pub unsafe fn load_planes<const K: usize>(p: *const u32) -> [u32; K] {
                 w[1] = v[1];
                 w[2] = v[2];
                 w[3] = v[3];
+            }
+            3 | 5 => {
+                let odd = (p as usize / 4) & 1 == 1;
+                let base = p.sub(odd as usize);
+                let a = ptx::ld_nc_v2(base);
+                let b = ptx::ld_nc_v2(base.add(2));
+                let c = if K == 5 { ptx::ld_nc_v2(base.add(4)) } else { [0, 0] };
+                let all = [a[0], a[1], b[0], b[1], c[0], c[1]];
+                for (j, wj) in w.iter_mut().enumerate() {
+                    *wj = if odd { all[j + 1] } else { all[j] };
+                }
             }
             _ => {
                 for (j, wj) in w.iter_mut().enumerate() {
