@@ -255,12 +255,7 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
 /// Issues the copies of one K tile (activations, planes, scales) into the
 /// stage at `buf`. Not committed here.
 #[inline(always)]
-unsafe fn issue<const K: usize, const MB: usize, const NF: usize>(
-    a: &Args,
-    c: &Cursor,
-    buf: u32,
-    tid: u32,
-) {
+unsafe fn issue<const K: usize, const MB: usize, const NF: usize>(a: &Args, c: &Cursor, buf: u32, tid: u32) {
     let (kb, mbu, nfu) = (K as u32, MB as u32, NF as u32);
     let kt = c.kt as u64;
     // Activations: 8 chunks of 16 bytes per row, rows ≥ M and columns ≥ K zero.
