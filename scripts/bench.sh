@@ -12,7 +12,7 @@ status=0
 if [ "$status" = 3 ]; then
   echo "== no GPU here: running what can run without one (PTX checks, CPU reference)"
   KBIT_REQUIRE_PTXAS=1 cargo test --release -p kbit --test ptx --test reference
-  cargo test --release -p kbit-format
+  cargo test --release -p kbit-format --features std
   exit 0
 fi
 exit "$status"
