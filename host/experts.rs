@@ -1,5 +1,6 @@
 //! MoE experts in the runtime layout, concatenated on the device.
 
+use crate::weight::check_len;
 use crate::{Codebook, Context, Error, Result, Shape, TiledWeight};
 use cudarc::driver::CudaSlice;
 
@@ -15,6 +16,38 @@ pub struct KbitExperts {
     pub(crate) cb: CudaSlice<f32>,
     pub(crate) packed: CudaSlice<u32>,
     pub(crate) scales: CudaSlice<u8>,
+}
+
+/// Checks the arguments every grouped (MoE) matmul shares and returns the
+/// total rows of `x`: `expert_offsets` holds `num_experts + 1` entries, `x`
+/// is whole rows of K, `y` the same rows of N, and the rows fit
+/// `max_m × num_experts`.
+pub(crate) fn check_grouped(
+    experts: &KbitExperts,
+    offsets_len: usize,
+    max_m: usize,
+    x_len: usize,
+    y_len: usize,
+) -> Result<usize> {
+    let (shape, e) = (experts.shape(), experts.num_experts());
+    check_len("expert_offsets (experts + 1)", e + 1, offsets_len)?;
+    if !x_len.is_multiple_of(shape.k) {
+        return Err(Error::Mismatch {
+            what: "grouped activations: length must be a multiple of K",
+            left: x_len.to_string(),
+            right: format!("K = {}", shape.k),
+        });
+    }
+    let rows = x_len / shape.k;
+    check_len("grouped outputs y (rows·N)", rows * shape.n, y_len)?;
+    if rows > max_m.saturating_mul(e) {
+        return Err(Error::Mismatch {
+            what: "grouped activations: rows exceed max_m × experts",
+            left: format!("{rows} rows"),
+            right: format!("max_m {max_m} × {e} experts"),
+        });
+    }
+    Ok(rows)
 }
 
 impl KbitExperts {

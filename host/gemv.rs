@@ -243,23 +243,7 @@ impl Context {
         check_rows(max_m)?;
         let shape = experts.shape();
         let num_experts = experts.num_experts();
-        check_len("grouped_gemv: expert_offsets (experts + 1)", num_experts + 1, expert_offsets.len())?;
-        if x.len() % shape.k != 0 {
-            return Err(Error::Mismatch {
-                what: "grouped_gemv: activation length must be a multiple of K",
-                left: x.len().to_string(),
-                right: format!("K = {}", shape.k),
-            });
-        }
-        let total_rows = x.len() / shape.k;
-        check_len("grouped_gemv: output y (rows·N)", total_rows * shape.n, y.len())?;
-        if total_rows > max_m * num_experts {
-            return Err(Error::Mismatch {
-                what: "grouped_gemv: rows of x exceed max_m × experts",
-                left: format!("{total_rows} rows"),
-                right: format!("max_m {max_m} × {num_experts} experts"),
-            });
-        }
+        let total_rows = crate::experts::check_grouped(experts, expert_offsets.len(), max_m, x.len(), y.len())?;
         if total_rows == 0 {
             return Ok(());
         }

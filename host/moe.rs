@@ -17,7 +17,6 @@
 use crate::context::STATUS_EXPERT_ROWS;
 use crate::device::dptr;
 use crate::linear::cuda_type;
-use crate::weight::check_len;
 use crate::{Context, Dtype, Element, Error, KbitExperts, Kernel, Result};
 use cudarc::cublas::{result as cublas, sys as cublas_sys};
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
@@ -117,23 +116,7 @@ impl Context {
         if max_m == 0 || max_m > i32::MAX as usize {
             return Err(Error::Rows { m: max_m, max: i32::MAX as usize });
         }
-        check_len("expert_linear: expert_offsets (experts + 1)", e + 1, expert_offsets.len())?;
-        if x.len() % shape.k != 0 {
-            return Err(Error::Mismatch {
-                what: "expert_linear: activation length must be a multiple of K",
-                left: x.len().to_string(),
-                right: format!("K = {}", shape.k),
-            });
-        }
-        let rows = x.len() / shape.k;
-        check_len("expert_linear: output y (rows·N)", rows * shape.n, y.len())?;
-        if rows > max_m.saturating_mul(e) {
-            return Err(Error::Mismatch {
-                what: "expert_linear: rows of x exceed max_m × experts",
-                left: format!("{rows} rows"),
-                right: format!("max_m {max_m} × {e} experts"),
-            });
-        }
+        let rows = crate::experts::check_grouped(experts, expert_offsets.len(), max_m, x.len(), y.len())?;
         if rows == 0 {
             return Ok(());
         }
