@@ -138,8 +138,9 @@ fn not_applicable(kernel: Kernel, why: impl Into<String>) -> Error {
 const MMA_MAX_M: usize = kbit_format::mma::MAX_M as usize;
 
 /// Largest M for which automatic dispatch prefers the MMA kernel over
-/// dequant + cuBLAS: on the H100 the MMA kernel wins every design shape
-/// TOTAL up to M = 32 and loses at M = 64 (bench-results/NOTES.md).
+/// dequant + cuBLAS: on the H100 it is faster on the dense design and Llama
+/// shapes at M = 16 and 32 (except gateup at 16 and kv at 32, by ≤ 13 %) and
+/// slower on most of them at M = 64 (bench-results/NOTES.md).
 const MMA_AUTO_MAX_M: usize = 32;
 
 /// Why `kernel` cannot compute `linear` with `m` rows, or `None` if it can.
