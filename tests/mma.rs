@@ -540,7 +540,6 @@ fn mma_gemm_matches_the_f64_references() {
     }
     let Some(ctx) = common::gpu("mma_gemm_matches_the_f64_references") else { return };
     let mut rng = common::rng("mma_gemm_matches_the_f64_references");
-    let t0 = std::time::Instant::now();
     for (c, bf) in &cs {
         if *bf {
             check_case::<bf16>(&ctx, &mut rng, c);
@@ -548,7 +547,7 @@ fn mma_gemm_matches_the_f64_references() {
             check_case::<f16>(&ctx, &mut rng, c);
         }
     }
-    eprintln!("mma_gemm: {} cases match in {:.1} s", cs.len(), t0.elapsed().as_secs_f64());
+    eprintln!("mma_gemm: {} cases match", cs.len());
 }
 
 #[test]
