@@ -43,6 +43,7 @@
 
 mod codebook;
 mod context;
+mod cublas_gemm;
 mod device;
 mod dtype;
 mod error;

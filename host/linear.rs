@@ -22,8 +22,9 @@
 //! nothing and never wait for the GPU, so they can be captured in a graph —
 //! after one eager call (or [`Context::prepare_linear`]) has set these up.
 
+use crate::cublas_gemm::RowMajorGemm;
 use crate::{Context, Dtype, Element, Error, KbitWeight, Result, Shape};
-use cudarc::cublas::{CudaBlas, result as cublas, sys as cublas_sys};
+use cudarc::cublas::{CudaBlas, sys as cublas_sys};
 use cudarc::driver::sys::CUstreamCaptureStatus;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use std::ffi::c_void;
@@ -155,14 +156,6 @@ fn linear_unfit(kernel: Kernel, m: usize, auto: bool) -> Option<&'static str> {
         Kernel::Mma if m > MMA_MAX_M => Some("the MMA kernel serves M ≤ 64"),
         Kernel::Mma if auto && m > MMA_AUTO_MAX_M => Some("dequant + cuBLAS is faster at this M"),
         Kernel::Scalar | Kernel::Mma | Kernel::DequantCublas => None,
-    }
-}
-
-pub(crate) fn cuda_type(dtype: Dtype) -> cublas_sys::cudaDataType {
-    match dtype {
-        Dtype::F16 => cublas_sys::cudaDataType::CUDA_R_16F,
-        Dtype::Bf16 => cublas_sys::cudaDataType::CUDA_R_16BF,
-        Dtype::F32 => cublas_sys::cudaDataType::CUDA_R_32F,
     }
 }
 
@@ -431,37 +424,10 @@ impl Context {
         let (wp, _gw) = wt.device_ptr(s);
         let (xp, _gx) = x.device_ptr(s);
         let (yp, _gy) = y.device_ptr_mut(s);
-        let ty = cuda_type(T::DTYPE);
-        let (n, k, m) = (shape.n as i32, shape.k as i32, m as i32);
-        let (alpha, beta) = (1.0f32, 0.0f32);
-        // Row-major y[M, N] = x[M, K]·W[N, K]ᵀ is column-major yᵀ[N, M] =
-        // W·xᵀ. Column-major, W is A = [K, N] (lda = K) used transposed, x is
-        // B = [K, M] (ldb = K) used as is, and yᵀ is C = [N, M] (ldc = N).
-        // beta = 0: cuBLAS does not read y (it may hold NaN).
+        let gemm = RowMajorGemm { dtype: T::DTYPE, batch: 1, m, n: shape.n, k: shape.k, w: wp, x: xp, y: yp };
         self.cuda().bind_to_thread()?;
-        unsafe {
-            cublas::gemm_ex(
-                *blas.handle.handle(),
-                cublas_sys::cublasOperation_t::CUBLAS_OP_T,
-                cublas_sys::cublasOperation_t::CUBLAS_OP_N,
-                n,
-                m,
-                k,
-                (&alpha as *const f32).cast(),
-                wp as *const c_void,
-                ty,
-                k,
-                xp as *const c_void,
-                ty,
-                k,
-                (&beta as *const f32).cast(),
-                yp as *mut c_void,
-                ty,
-                n,
-                cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
-        }?;
+        // Dimensions were checked to fit i32 by `check_linear`.
+        unsafe { gemm.run(*blas.handle.handle()) }?;
         Ok(())
     }
 }

@@ -15,12 +15,10 @@
 //! ([`Error::ExpertRows`]) on the cuBLAS path.
 
 use crate::context::STATUS_EXPERT_ROWS;
+use crate::cublas_gemm::RowMajorGemm;
 use crate::device::dptr;
-use crate::linear::cuda_type;
 use crate::{Context, Dtype, Element, Error, KbitExperts, Kernel, Result};
-use cudarc::cublas::{result as cublas, sys as cublas_sys};
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
-use std::ffi::c_void;
 
 /// Largest `max_m` the grouped scalar GEMV serves.
 const GROUPED_SCALAR_MAX_M: usize = 4;
@@ -149,37 +147,11 @@ impl Context {
             unsafe {
                 s.launch_builder(g).arg(&xp).arg(&op).arg(&xs).arg(&status).arg(&ne).arg(&mm).arg(&k).launch(cfg)
             }?;
-            // 3. One strided-batched GEMM: per expert, column-major
-            //    yᵀ[N, max_m] = W[N, K]·xᵀ (W as A = [K, N] transposed).
-            let ty = cuda_type(T::DTYPE);
-            let (alpha, beta) = (1.0f32, 0.0f32);
-            unsafe {
-                cublas::gemm_strided_batched_ex(
-                    handle,
-                    cublas_sys::cublasOperation_t::CUBLAS_OP_T,
-                    cublas_sys::cublasOperation_t::CUBLAS_OP_N,
-                    n as i32,
-                    mm as i32,
-                    k as i32,
-                    (&alpha as *const f32).cast(),
-                    ws as *const c_void,
-                    ty,
-                    k as i32,
-                    shape.numel() as i64,
-                    xs as *const c_void,
-                    ty,
-                    k as i32,
-                    (max_m * shape.k) as i64,
-                    (&beta as *const f32).cast(),
-                    ys as *mut c_void,
-                    ty,
-                    n as i32,
-                    (max_m * shape.n) as i64,
-                    e as i32,
-                    cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                    cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-            }?;
+            // 3. One strided-batched GEMM over the experts, max_m rows each.
+            let gemm =
+                RowMajorGemm { dtype: T::DTYPE, batch: e, m: max_m, n: shape.n, k: shape.k, w: ws, x: xs, y: ys };
+            // Sizes were checked to fit i32 above (padded rows × K, N < 2^32).
+            unsafe { gemm.run(handle) }?;
             // 4. Scatter each expert's real rows to y.
             let cfg = self.grid_stride(padded as u64 * shape.n as u64, 0);
             let sc = &self.kernels.moe_rows[1];
