@@ -1,13 +1,12 @@
 //! Scalar GEMV for M = 1..4 rows (kernel 1) and its grouped MoE form
 //! (kernel 4): launch planning, validation and the launches.
 //!
-//! The kernels (`kernels-gpu/src/gemv.rs`) give each block `C` columns and
-//! all of K; the block's `C·S` threads are (column, K slot) pairs, and the
-//! `S` slot partials of an output are added in slot order. `S` comes from
-//! the shape alone ([`kbit_format::gemv::slots`]), which fixes the summation
-//! order: results are deterministic and the grouped kernel reproduces the
-//! dense one bit for bit. `C` and the activation staging chunk are chosen
-//! here from the device's SM count.
+//! The kernels (`kernels-gpu/src/gemv.rs`) give each block 32 columns and
+//! all of K, split over its `W` warps; the `W` warp partials of an output
+//! are added in warp order. `W` comes from K alone
+//! ([`kbit_format::gemv::warps`]), which fixes the summation order: results
+//! are deterministic and the grouped kernel reproduces the dense one bit for
+//! bit. The activation staging chunk is chosen here.
 
 use crate::device::dptr;
 use crate::module::names;
@@ -62,46 +61,40 @@ impl GemvKernels {
 /// Launch plan of one GEMV call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct GemvPlan {
-    /// Columns per block, K slots, staging chunk.
+    /// Warps per block (K slots) and staging chunk.
     pub geometry: Geometry,
-    /// Blocks along N: `ceil(N / C)`.
+    /// Blocks along N: `ceil(N / 32)`.
     pub col_blocks: u32,
     /// Dynamic shared memory per block.
     pub smem_bytes: u32,
 }
 
 impl GemvPlan {
-    /// Plans `m` rows against a `shape` weight of `bits` bits on a device
-    /// with `sm_count` SMs. `units` is how many independent matrices share
-    /// the launch (1 for dense; the experts that may have rows for grouped);
-    /// `max_threads` the instance's block limit.
+    /// Plans `m` rows against a `shape` weight of `bits` bits for an
+    /// instance whose largest block is `max_threads` (its register use).
     ///
-    /// `S` is [`g::slots`] of the shape (never anything else: it fixes the
-    /// summation order). `C` is the widest power of two (≥ one warp per
-    /// block, ≤ `max_threads / S`) that still gives about one block per SM
-    /// (7/8 of them), so narrow matrices spread over the whole GPU while wide
-    /// ones keep many columns per block (more reuse of the staged
-    /// activations). The staging chunk `R` (loop iterations, `R·S` tiles)
-    /// holds about 64 (tile, row) pairs of activations, at least one
-    /// iteration's `S` tiles and at most the whole of K.
-    pub fn new(shape: Shape, bits: u32, m: usize, sm_count: u32, units: usize, max_threads: u32) -> Self {
-        let s = g::slots(shape.n, shape.k);
-        let lo = (32 / s).max(1);
-        let hi = (max_threads.min(g::MAX_THREADS) / s).max(lo);
-        let want = (sm_count as usize * 7).div_ceil(8).max(1);
-        let mut c = 1u32 << hi.ilog2();
-        while c > lo && units.max(1) * shape.n.div_ceil(c as usize) < want {
-            c /= 2;
+    /// `W` is [`g::warps`] of K, never anything else (it fixes the
+    /// summation order); an instance too large for it is an error. The
+    /// staging chunk `R` (loop iterations, `R·W` tiles) holds about 64
+    /// (tile, row) pairs of activations, at least one iteration's `W` tiles
+    /// and at most the whole of K.
+    pub fn new(shape: Shape, bits: u32, m: usize, max_threads: u32) -> Result<Self> {
+        let w = g::warps(shape.k);
+        if 32 * w > max_threads {
+            return Err(Error::NotApplicable {
+                kernel: crate::Kernel::Scalar,
+                why: format!("k={bits} m={m}: needs {} threads per block, the build allows {max_threads}", 32 * w),
+            });
         }
-        let n_iter = kbit_format::tile::k_tiles(shape.k).div_ceil(s as usize) as u32;
-        let per_chunk = (64 / (s * m as u32)).max(1);
+        let n_iter = kbit_format::tile::k_tiles(shape.k).div_ceil(w as usize) as u32;
+        let per_chunk = (64 / (w * m as u32)).max(1);
         let chunk = (1u32 << per_chunk.ilog2()).min(n_iter.next_power_of_two());
-        let geometry = Geometry { log_cols: c.ilog2(), log_slots: s.ilog2(), log_chunk: chunk.ilog2() };
-        Self {
+        let geometry = Geometry { log_warps: w.ilog2(), log_chunk: chunk.ilog2() };
+        Ok(Self {
             geometry,
-            col_blocks: shape.n.div_ceil(c as usize) as u32,
+            col_blocks: shape.n.div_ceil(g::BLOCK_COLS as usize) as u32,
             smem_bytes: geometry.smem_bytes(bits, m as u32),
-        }
+        })
     }
 }
 
@@ -166,7 +159,7 @@ impl Context {
         }
         let bits = w.bits();
         let (f, max_threads) = self.kernels.gemv.get(false, m, bits, dtype);
-        let plan = GemvPlan::new(shape, bits, m, self.info().sm_count, 1, max_threads);
+        let plan = GemvPlan::new(shape, bits, m, max_threads)?;
         self.check_smem(&plan, names::gemv(false, m, bits, dtype))?;
         let s = self.stream();
         let (yp, _guard) = y.device_ptr_mut(s);
@@ -253,9 +246,7 @@ impl Context {
         }
         let bits = experts.bits();
         let (f, max_threads) = self.kernels.gemv.get(true, max_m, bits, dtype);
-        // At most min(experts, rows) experts have rows: they share the GPU.
-        let units = num_experts.min(total_rows);
-        let plan = GemvPlan::new(shape, bits, max_m, self.info().sm_count, units, max_threads);
+        let plan = GemvPlan::new(shape, bits, max_m, max_threads)?;
         self.check_smem(&plan, names::gemv(true, max_m, bits, dtype))?;
         let blocks = total_rows as u64 * plan.col_blocks as u64;
         if blocks > i32::MAX as u64 || num_experts >= u32::MAX as usize {
@@ -305,7 +296,7 @@ mod tests {
     use super::*;
 
     /// Every plan is a valid launch: a whole number of warps, at most 512
-    /// threads, shared memory within 66 KB, S fixed by the shape alone.
+    /// threads, shared memory within 66 KB, W fixed by K alone.
     #[test]
     fn plans_are_valid_launches() {
         let ns = [1usize, 7, 129, 512, 2048, 4096, 4100, 5120, 14336, 28672];
@@ -315,36 +306,19 @@ mod tests {
                 let shape = Shape::new(n, k).unwrap();
                 for bits in 2..=5 {
                     for m in 1..=GEMV_MAX_M {
-                        for (sms, units) in [(132, 1), (128, 1), (1, 1), (132, 8), (132, 64)] {
-                            for max_threads in [1024, 512, 256] {
-                                let p = GemvPlan::new(shape, bits, m, sms, units, max_threads);
-                                let geo = p.geometry;
-                                assert_eq!(geo.slots(), g::slots(n, k), "{n}x{k}");
-                                assert!(geo.threads() >= 32 && geo.threads() % 32 == 0, "{geo:?}");
-                                assert!(geo.threads() <= max_threads.min(512), "{geo:?}");
-                                assert_eq!(p.col_blocks as usize, n.div_ceil(geo.cols() as usize));
-                                assert!(p.smem_bytes <= 66048, "{n}x{k} k={bits} m={m}: {} bytes", p.smem_bytes);
-                                assert_eq!(Geometry::unpack(geo.pack()), geo);
-                            }
-                        }
+                        let p = GemvPlan::new(shape, bits, m, 512).unwrap();
+                        let geo = p.geometry;
+                        assert_eq!(geo.warps(), g::warps(k), "{n}x{k}");
+                        assert!(geo.threads() <= 512, "{geo:?}");
+                        assert_eq!(p.col_blocks as usize, n.div_ceil(32));
+                        assert!(p.smem_bytes <= 66048, "{n}x{k} k={bits} m={m}: {} bytes", p.smem_bytes);
+                        assert_eq!(Geometry::unpack(geo.pack()), geo);
                     }
                 }
             }
         }
-    }
-
-    /// The design's shapes fill an H100 (132 SMs) with at least 7/8 of a
-    /// block per SM and keep whole warps on one K slot where N allows it.
-    #[test]
-    fn design_shapes_fill_the_gpu() {
-        for (n, k) in
-            [(5120, 2048), (2048, 5120), (4096, 2048), (512, 2048), (2048, 4096), (14336, 4096), (28672, 8192)]
-        {
-            let p = GemvPlan::new(Shape::new(n, k).unwrap(), 4, 1, 132, 1, 1024);
-            assert!(p.col_blocks >= 116, "{n}x{k}: {p:?}");
-        }
-        let wide = GemvPlan::new(Shape::new(14336, 4096).unwrap(), 4, 1, 132, 1, 1024);
-        assert!(wide.geometry.cols() >= 32, "{wide:?}");
+        // An instance that cannot hold W warps is refused, not launched smaller.
+        assert!(GemvPlan::new(Shape::new(4096, 8192).unwrap(), 4, 1, 256).is_err());
     }
 
     #[test]

@@ -89,16 +89,17 @@ fn check_close<T: Element>(got: &[T], want: &[f64], what: &str) -> f64 {
 // ---------------------------------------------------------------------------
 // The bit-exact CPU model of the kernels' arithmetic (kbit_format::gemv docs)
 
-/// `y[m, N]` exactly as the kernels compute it: per column and row, slot
-/// `s` of `S = slots(N, K)` accumulates tiles `s, s + S, …` element by
-/// element into two f32 FMA chains (even and odd elements), its partial is
-/// their sum, and the partials are added in slot order.
+/// `y[m, N]` exactly as the kernels compute it: per column and row, warp
+/// slot `w` of `W = warps(K)` walks tiles `w, w + W, …`; per tile and half
+/// a block dot product `d` (one f32 FMA chain over the 32 elements in
+/// order) is folded into the half's accumulator as `fma(d, scale, a_h)`;
+/// the slot partial is `a_0 + a_1`, and the partials are added in slot order.
 fn model<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
     let shape = w.shape();
     let (n_dim, k_dim) = (shape.n, shape.k);
     let bits = w.codebook().bits() as u64;
     let cb = w.codebook().values();
-    let s = g::slots(n_dim, k_dim) as usize;
+    let slots = g::warps(k_dim) as usize;
     let k_tiles = tile::k_tiles(k_dim);
     let cols: Vec<Vec<T>> = (0..n_dim)
         .into_par_iter()
@@ -106,22 +107,25 @@ fn model<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
             (0..m)
                 .map(|r| {
                     let mut total = 0.0f32;
-                    for slot in 0..s {
+                    for slot in 0..slots {
                         let mut acc = [0.0f32; 2];
                         let mut kt = slot;
                         while kt < k_tiles {
-                            for e in 0..64 {
-                                let kb = (2 * kt + e / 32) as u64;
+                            for (h, a) in acc.iter_mut().enumerate() {
+                                let kb = (2 * kt + h) as u64;
                                 let wi = tile::word_index(n_dim as u64, n as u64, kb, bits) as usize;
-                                let idx = planes::index(&w.packed()[wi..wi + bits as usize], e % 32);
                                 let sc =
                                     e4m4::decode(w.scales()[tile::scale_index(n_dim as u64, n as u64, kb) as usize]);
-                                let wv = cb[idx as usize] * sc;
-                                let pos = kt * 64 + e;
-                                let xv = if pos < k_dim { x[r * k_dim + pos].to_f32() } else { 0.0 };
-                                acc[e % 2] = wv.mul_add(xv, acc[e % 2]);
+                                let mut d = 0.0f32;
+                                for e in 0..32 {
+                                    let idx = planes::index(&w.packed()[wi..wi + bits as usize], e);
+                                    let pos = kt * 64 + 32 * h + e;
+                                    let xv = if pos < k_dim { x[r * k_dim + pos].to_f32() } else { 0.0 };
+                                    d = cb[idx as usize].mul_add(xv, d);
+                                }
+                                *a = d.mul_add(sc, *a);
                             }
-                            kt += s;
+                            kt += slots;
                         }
                         let p = acc[0] + acc[1];
                         total = if slot == 0 { p } else { total + p };
@@ -193,21 +197,20 @@ fn decode_fields_reproduce_plane_indices() {
     check::<5>(&mut rng);
 }
 
-/// The K split depends on the shape only, is a power of two in 1..=32 and
-/// never more than the K tiles need.
+/// The K split depends on K only, is a power of two in 1..=16 and never
+/// more than the K tiles need.
 #[test]
-fn slots_depend_on_the_shape_only() {
-    for n in [1usize, 7, 129, 512, 2048, 4096, 4100, 5120, 14336, 28672, 1 << 20] {
-        for k in [32usize, 64, 96, 512, 2048, 5120, 8192, 28672] {
-            let s = g::slots(n, k);
-            assert!(s.is_power_of_two() && (1..=32).contains(&s), "{n}x{k}: {s}");
-            assert!(s as usize <= tile::k_tiles(k).next_power_of_two(), "{n}x{k}: {s}");
-            assert_eq!(s, g::slots(n, k));
-        }
+fn warps_depend_on_k_only() {
+    for k in [32usize, 64, 96, 512, 2048, 5120, 8192, 28672] {
+        let w = g::warps(k);
+        assert!(w.is_power_of_two() && (1..=16).contains(&w), "K={k}: {w}");
+        assert!(w as usize <= tile::k_tiles(k).next_power_of_two(), "K={k}: {w}");
     }
-    assert_eq!(g::slots(512, 2048), 32);
-    assert_eq!(g::slots(14336, 4096), 4);
-    assert_eq!(g::slots(4096, 32), 1);
+    assert_eq!(g::warps(32), 1);
+    assert_eq!(g::warps(96), 2);
+    assert_eq!(g::warps(512), 8);
+    assert_eq!(g::warps(2048), 16);
+    assert_eq!(g::warps(8192), 16);
 }
 
 /// The bit-exact model is itself within the tolerance of the f64 reference

@@ -28,17 +28,28 @@
 //!   `8m + c`, with plane bits in the order 0, 2, 1, 3, 4 ([`wide_index`]);
 //!   the table holds the 32 codebook values (one per bank, conflict-free).
 //!
+//! # Work mapping
+//!
+//! A block owns [`BLOCK_COLS`] consecutive columns (two groups of 16) and
+//! all of K, split over its `W` warps ([`warps`]). Lane `l` of a warp is
+//! column `l / 2` of a group and quant-block half `h = l % 2` of a 64-wide
+//! K tile: in the runtime layout the 16 columns of a group are 32
+//! consecutive quant blocks of one K tile, so the warp's load of one group
+//! is a single contiguous span of `32·k` words, and the lane's own block
+//! starts `l·k` words into it.
+//!
 //! # Summation order (the numerics contract)
 //!
-//! For a column `n` and row `r`, with `S = slots(N, K)`: slot `s` owns the K
-//! tiles `kt = s, s + S, s + 2S, …` and walks them in increasing order; in a
-//! tile it walks the 64 elements `e` in increasing order and does
-//! `acc[e % 2] = fma(w_e, x_e, acc[e % 2])` in f32, where
-//! `w_e = f32(cb[idx_e] · e4m4::decode(scale))` and `x_e` is the activation
-//! widened to f32 (0 past K). The slot's partial is `acc[0] + acc[1]`; the
-//! output is `((p_0 + p_1) + p_2) + … + p_{S-1}`, rounded to nearest even.
-//! Nothing here depends on M, on the launch geometry or on the GPU, so the
-//! grouped kernel reproduces the dense one bit for bit.
+//! For a column `n` and row `r`, with `W = warps(N, K)`: warp slot `w`
+//! owns the K tiles `kt = w, w + W, w + 2W, …` and walks them in increasing
+//! order. For each tile and each half `h` it forms the block dot product
+//! `d = fma(cb[idx_e], x_e, d)` over the 32 elements `e` in increasing
+//! order, starting from 0 (`x_e` is the activation widened to f32, 0 past
+//! K), and folds it into the half's accumulator `a_h = fma(d, s_h, a_h)`,
+//! where `s_h = e4m4::decode(scale)` of that block. The slot's partial is
+//! `a_0 + a_1`; the output is `((p_0 + p_1) + p_2) + … + p_{W-1}`, rounded
+//! to nearest even. Nothing here depends on M, on the launch geometry or on
+//! the GPU, so the grouped kernel reproduces the dense one bit for bit.
 
 use crate::tile;
 
@@ -61,11 +72,20 @@ pub const QUAD_ENTRY_BYTES: u32 = 16;
 /// give 128, one row of the 32 banks).
 pub const FIELD_BYTES: u32 = 128;
 
-/// Largest number of K slots per column.
-pub const MAX_SLOTS: u32 = 32;
+/// Column groups of 16 per block (compile-time: each lane keeps one
+/// accumulator per group and row).
+pub const COL_GROUPS: u32 = 2;
 
-/// Largest block the host launches (keeps every kernel within 128 registers).
-pub const MAX_THREADS: u32 = 512;
+/// Output columns per block.
+pub const BLOCK_COLS: u32 = 16 * COL_GROUPS;
+
+/// Most warps (K slots) per block: 512 threads, so every instance must fit
+/// in 128 registers.
+pub const MAX_WARPS: u32 = 16;
+
+/// f32 values of one staged half tile (32 activations) plus 4 of padding,
+/// so that the two halves a warp reads at once lie in different banks.
+pub const X_HALF_FLOATS: u32 = 36;
 
 /// Codebook index of element `t` (0 or 1) of a pair field (k = 2, 3, 4):
 /// bit `2j + t` of the field is bit `j` of the index.
@@ -172,73 +192,62 @@ pub const fn table_bytes(bits: u32) -> u32 {
     if bits <= 4 { table_fields(bits) * FIELD_BYTES } else { 32 * 4 }
 }
 
-/// f32 values per staged K tile of activations: `M` rows of 64, plus 4 of
-/// padding so that slots sharing a warp read different banks.
+/// f32 values per staged K tile of activations: `M` rows of two padded
+/// halves (`[row][h][36]`).
 #[inline(always)]
 pub const fn x_tile_floats(m: u32) -> u32 {
-    64 * m + 4
+    2 * X_HALF_FLOATS * m
 }
 
-/// Number of K slots per column, `S`: a power of two in 1..=32 that depends
-/// only on the shape, so it fixes the summation order (module docs).
-/// Narrow matrices get more slots, to spread their few columns over the GPU.
-pub const fn slots(n: usize, k: usize) -> u32 {
+/// Number of warps (K slots) per block, `W`: the smallest power of two
+/// that covers the K tiles, at most [`MAX_WARPS`]. It depends only on the
+/// shape, so it fixes the summation order (module docs).
+pub const fn warps(k: usize) -> u32 {
     let k_tiles = tile::k_tiles(k);
-    let per_col = match 65536usize.checked_div(n) {
-        Some(v) => v,
-        None => MAX_SLOTS as usize,
-    };
-    let mut s = 4u32;
-    while s < MAX_SLOTS && (2 * s as usize) <= per_col {
-        s *= 2;
+    let mut w = 1u32;
+    while w < MAX_WARPS && (w as usize) < k_tiles {
+        w *= 2;
     }
-    let tiles = if k_tiles == 0 { 1 } else { k_tiles.next_power_of_two() };
-    if (s as usize) < tiles { s } else { tiles as u32 }
+    w
 }
 
 /// Launch geometry of one GEMV call, as log2 values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
-    /// log2 of the columns per block (`C`).
-    pub log_cols: u32,
-    /// log2 of the K slots per column (`S`).
-    pub log_slots: u32,
+    /// log2 of the warps (K slots) per block (`W`).
+    pub log_warps: u32,
     /// log2 of the loop iterations whose activations are staged at once (`R`).
     pub log_chunk: u32,
 }
 
 impl Geometry {
-    /// Columns per block.
-    pub const fn cols(&self) -> u32 {
-        1 << self.log_cols
-    }
-    /// K slots per column.
-    pub const fn slots(&self) -> u32 {
-        1 << self.log_slots
+    /// Warps (K slots) per block.
+    pub const fn warps(&self) -> u32 {
+        1 << self.log_warps
     }
     /// Loop iterations per staged chunk of activations.
     pub const fn chunk(&self) -> u32 {
         1 << self.log_chunk
     }
-    /// Threads per block: thread `t` is column `t % C`, slot `t / C`.
+    /// Threads per block.
     pub const fn threads(&self) -> u32 {
-        self.cols() * self.slots()
+        32 * self.warps()
     }
-    /// The one `u32` kernel argument: `log_cols | log_slots << 8 | log_chunk << 16`.
+    /// The one `u32` kernel argument: `log_warps | log_chunk << 8`.
     pub const fn pack(&self) -> u32 {
-        self.log_cols | self.log_slots << 8 | self.log_chunk << 16
+        self.log_warps | self.log_chunk << 8
     }
     /// Inverse of [`Geometry::pack`].
     #[inline(always)]
     pub const fn unpack(g: u32) -> Self {
-        Self { log_cols: g & 0xFF, log_slots: (g >> 8) & 0xFF, log_chunk: (g >> 16) & 0xFF }
+        Self { log_warps: g & 0xFF, log_chunk: (g >> 8) & 0xFF }
     }
     /// Dynamic shared memory in bytes for `m` rows at bit width `bits`: the
-    /// decode table, then the staged activations (`R·S` tiles), whose space
-    /// the final slot reduction (`S·M·C` floats) reuses.
+    /// decode table, then the staged activations (`R·W` tiles), whose space
+    /// the final slot reduction (`W·M·BLOCK_COLS` floats) reuses.
     pub const fn smem_bytes(&self, bits: u32, m: u32) -> u32 {
-        let x = self.chunk() * self.slots() * x_tile_floats(m) * 4;
-        let red = self.slots() * m * self.cols() * 4;
+        let x = self.chunk() * self.warps() * x_tile_floats(m) * 4;
+        let red = self.warps() * m * BLOCK_COLS * 4;
         table_bytes(bits) + if x > red { x } else { red }
     }
 }

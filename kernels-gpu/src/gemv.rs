@@ -4,43 +4,43 @@
 //!
 //! # Work mapping
 //!
-//! A block owns `C` consecutive columns and all of K; its `C·S` threads are
-//! (column, K slot) pairs: thread `t` is column `t % C`, slot `t / C` (`C`,
-//! `S` and the staging chunk `R` are powers of two packed in `geom`, see
-//! `kbit_format::gemv::Geometry`). Slot `s` takes the K tiles
-//! `kt = s, s + S, s + 2S, …`; for one tile the thread loads its column's
-//! 2k plane words (contiguous: k = 2 one 16-byte load, k = 4 two, k = 3 and
-//! 5 three or five 8-byte loads) and the two scale bytes, so consecutive
-//! lanes read one contiguous span. When `C ≥ 32` a warp is 32 columns of
-//! one slot; when `C < 32` (narrow matrices, to fill the GPU) a warp holds
-//! `32 / C` slots. Weight loads run two tiles ahead of the math (three
-//! register buffers used in turn, the loop unrolled by three), evict-first
-//! in L1 and L2: a column's later loads hit the sectors its first load
-//! brought into L1, and nothing of the weights is worth keeping in L2.
+//! A block owns [`g::BLOCK_COLS`] = 32 consecutive columns, two groups of
+//! 16, and all of K; its `W` warps split the K tiles (`W` and the staging
+//! chunk `R` are packed in `geom`, see `kbit_format::gemv::Geometry`).
+//! Warp `w` takes the K tiles `kt = w, w + W, w + 2W, …`. Lane `l` is
+//! column `l / 2` of each group and half `h = l % 2` of the tile: the 16
+//! columns of a group are 32 consecutive quant blocks in the runtime layout,
+//! so for one tile and group the warp reads one contiguous span of `32·k`
+//! words and the lane's block starts `l·k` words into it (k = 4: one
+//! 16-byte load per lane, 512 contiguous bytes per warp), plus its scale
+//! byte (32 contiguous bytes). Loads run two tiles ahead of the math (three
+//! register buffers used in turn, the loop unrolled by three), evict-first in
+//! L1 and L2: nothing of the weights is read twice.
 //!
 //! # Activations and decode
 //!
-//! `x` for `R·S` consecutive tiles is staged in shared memory as f32
-//! (`[tile][row][64]`, 4 floats of padding per tile so that slots sharing a
-//! warp hit different banks); lanes of one slot read it with broadcast
-//! 16-byte loads. Rows past the caller's row count and columns past K are
+//! `x` for `R·W` consecutive tiles is staged in shared memory as f32
+//! (`[tile][row][h][36]`: the 4 floats of padding put the two halves a warp
+//! reads at once in different banks); lanes read it with broadcast 16-byte
+//! loads, 8 activations of all M rows at a time, and use them for both
+//! column groups. Rows past the caller's row count and columns past K are
 //! staged as zeros, so `x` is never read out of bounds and the zero half
 //! tile of `K % 64 == 32` contributes exactly 0. Bit planes are turned into
 //! table fields with a few shifts and masks (`kbit_format::gemv`), and one
 //! shared-memory load dequantizes a whole field: four codebook values for
 //! k = 2, two for k = 3, 4 (per-lane replicated tables, conflict-free), one
-//! for k = 5.
-//! Each weight is `f32(cb · scale)`, formed once and FMA'd into all M rows.
+//! for k = 5. The codebook values are FMA'd into a per-block dot product,
+//! which is scaled once by the block's E4M4 scale.
 //!
 //! # Reduction
 //!
-//! Every thread keeps two f32 accumulators per row (even and odd elements
-//! of the tile, for instruction-level parallelism). At the end the `S` slot
-//! partials of each (row, column) go through shared memory and one thread
-//! adds them in slot order. The order is fixed by `S`, which the host
-//! derives from the shape alone (`kbit_format::gemv::slots`), so results
-//! are identical run to run and the grouped kernel matches the dense one bit
-//! for bit. No atomics, no cross-block traffic.
+//! Each lane keeps one f32 accumulator per (group, row). At the end the two
+//! halves of a column meet through a lane shuffle, the `W` warp partials of
+//! each (row, column) go through shared memory and one thread adds them in
+//! warp order. The order is fixed by `W`, which the host derives from the
+//! shape alone (`kbit_format::gemv::warps`), so results are identical run to
+//! run and the grouped kernel matches the dense one bit for bit. No atomics,
+//! no cross-block traffic.
 //!
 //! # Grouped
 //!
@@ -52,24 +52,28 @@
 
 use crate::elem::{Bf16, Elem, F16};
 use crate::ptx;
+use crate::tile_io::{Streamed, load_planes_with};
 use core::num::NonZeroU32;
 use kbit_format::gemv::{self as g, Geometry};
-use kbit_format::{MAX_BITS, e4m4, tile};
+use kbit_format::{e4m4, tile};
 
-/// One column's K tile: planes of both 32-value blocks and the two scale
-/// bytes (`h = 0` in bits 0..8, `h = 1` in bits 8..16).
+/// Column groups per block.
+const G: usize = g::COL_GROUPS as usize;
+
+/// One K tile of a lane: its quant block in each column group (planes and
+/// E4M4 scale byte).
 #[derive(Clone, Copy)]
-struct Tile<const K: usize> {
-    planes: [[u32; K]; 2],
-    scales: u32,
+struct Unit<const K: usize> {
+    planes: [[u32; K]; G],
+    scales: [u32; G],
 }
 
-impl<const K: usize> Tile<K> {
-    const ZERO: Self = Self { planes: [[0; K]; 2], scales: 0 };
+impl<const K: usize> Unit<K> {
+    const ZERO: Self = Self { planes: [[0; K]; G], scales: [0; G] };
 }
 
-/// Where the next tile of a thread's column lies: its words and scale
-/// bytes, and how far the following tile (`kt + S`) is.
+/// Where a lane's next K tile lies, and how far the following one
+/// (`kt + W`) is.
 #[derive(Clone, Copy)]
 struct Cursor {
     words: *const u32,
@@ -79,22 +83,31 @@ struct Cursor {
 }
 
 impl Cursor {
-    /// The cursor of tile `kt` of column `n` (`tile::word_index`,
-    /// `tile::scale_index`; 64-bit math), stepping `slots` tiles at a time.
+    /// The cursor of lane `lane` at tile `kt` of the block whose first
+    /// column is `first_col`, stepping `warps` tiles at a time. Block
+    /// `(n, 2kt + h)` with `n = first_col + 16·gi + lane / 2`, `h = lane % 2`
+    /// is quant block `32·gi + lane` of the tile's run starting at column
+    /// `first_col` (`tile::word_index`, 64-bit math).
     #[inline(always)]
-    fn new<const K: usize>(packed: *const u32, scales: *const u8, n_dim: u64, n: u64, kt: u64, slots: u64) -> Self {
-        // Block (n, 2·kt) is h = 0 of tile kt; h = 1 and its planes follow.
-        let w = tile::word_index(n_dim, n, 2 * kt, K as u64);
-        let s = tile::scale_index(n_dim, n, 2 * kt);
+    fn new<const K: usize>(
+        packed: *const u32,
+        scales: *const u8,
+        n_dim: u64,
+        first_col: u64,
+        lane: u64,
+        kt: u64,
+        warps: u64,
+    ) -> Self {
+        let block = (kt * n_dim + first_col) * 2 + lane;
         Self {
-            words: packed.wrapping_add(w as usize),
-            scales: scales.wrapping_add(s as usize),
-            word_step: (slots * n_dim * 2 * K as u64) as usize,
-            scale_step: (slots * n_dim * 2) as usize,
+            words: packed.wrapping_add((block * K as u64) as usize),
+            scales: scales.wrapping_add(block as usize),
+            word_step: (warps * n_dim * 2 * K as u64) as usize,
+            scale_step: (warps * n_dim * 2) as usize,
         }
     }
 
-    /// Moves to the slot's next tile (the pointer may then lie past the
+    /// Moves to the warp's next tile (the pointer may then lie past the
     /// matrix: it is only read while the tile exists).
     #[inline(always)]
     fn advance(&mut self) {
@@ -102,48 +115,21 @@ impl Cursor {
         self.scales = self.scales.wrapping_add(self.scale_step);
     }
 
-    /// Loads the tile under the cursor: `2K` words (k = 2: one 16-byte
-    /// load, k = 4: two; k = 3, 5: 8-byte loads, as their columns are only
-    /// 8-aligned) and the 2 scale bytes.
+    /// Loads the lane's blocks of the groups whose column exists (`valid`
+    /// bit `gi`); the others keep their old contents, which only ever reach
+    /// accumulators of columns that are not written.
     ///
     /// # Safety
     /// The tile exists; `packed` is 16-aligned.
     #[inline(always)]
-    unsafe fn load<const K: usize>(&self, policy: u64) -> Tile<K> {
-        let w = self.words;
-        let mut words = [0u32; 2 * MAX_BITS as usize];
-        unsafe {
-            match K {
-                2 => {
-                    let a = ptx::ld_stream_v4(w, policy);
-                    words[0] = a[0];
-                    words[1] = a[1];
-                    words[2] = a[2];
-                    words[3] = a[3];
+    unsafe fn load<const K: usize>(&self, valid: u32, policy: u64, u: &mut Unit<K>) {
+        for gi in 0..G {
+            if valid & (1 << gi) != 0 {
+                let group_words = 32 * K * gi;
+                unsafe {
+                    u.planes[gi] = load_planes_with::<K, _>(Streamed(policy), self.words.add(group_words));
+                    u.scales[gi] = ptx::ld_stream_u8(self.scales.add(32 * gi), policy);
                 }
-                4 => {
-                    let a = ptx::ld_stream_v4(w, policy);
-                    let b = ptx::ld_stream_v4(w.add(4), policy);
-                    words[0] = a[0];
-                    words[1] = a[1];
-                    words[2] = a[2];
-                    words[3] = a[3];
-                    words[4] = b[0];
-                    words[5] = b[1];
-                    words[6] = b[2];
-                    words[7] = b[3];
-                }
-                _ => {
-                    for i in 0..K {
-                        let a = ptx::ld_stream_v2(w.add(2 * i), policy);
-                        words[2 * i] = a[0];
-                        words[2 * i + 1] = a[1];
-                    }
-                }
-            }
-            Tile {
-                planes: core::array::from_fn(|h| core::array::from_fn(|j| words[h * K + j])),
-                scales: ptx::ld_stream_u16(self.scales as *const u16, policy) as u32,
             }
         }
     }
@@ -192,7 +178,7 @@ unsafe fn build_table<const K: usize>(cb: *const f32, table: u32) {
 }
 
 /// Stages `x` for tiles `first_tile .. first_tile + tiles` as f32 at shared
-/// address `xs` (`[tile][row][64]`, tile stride `x_tile_floats(M)`): each
+/// address `xs` (`[tile][row][h][36]`, see [`g::x_tile_floats`]): each
 /// thread converts 8 values (one 16-byte load) per step. Rows `≥ rows` and
 /// columns `≥ k_dim` are written as zeros without reading `x`.
 ///
@@ -212,6 +198,7 @@ unsafe fn stage_x<const M: usize, T: Elem<Raw = u16>>(
     let units = tiles * M as u32 * 8;
     let mut u = ptx::tid();
     while u < units {
+        // 8 activations `8o .. 8o + 8` of (tile tc, row r): half o / 4.
         let o = u & 7;
         let rest = u >> 3;
         let r = rest % M as u32;
@@ -225,7 +212,8 @@ unsafe fn stage_x<const M: usize, T: Elem<Raw = u16>>(
                 v[2 * i + 1] = T::to_f32((raw[i] >> 16) as u16).to_bits();
             }
         }
-        let dst = xs + (tc * stride + r * 64 + 8 * o) * 4;
+        let half = (r * 2 + (o >> 2)) * g::X_HALF_FLOATS;
+        let dst = xs + (tc * stride + half + 8 * (o & 3)) * 4;
         unsafe {
             ptx::st_shared_v4(dst, [v[0], v[1], v[2], v[3]]);
             ptx::st_shared_v4(dst + 16, [v[4], v[5], v[6], v[7]]);
@@ -234,107 +222,98 @@ unsafe fn stage_x<const M: usize, T: Elem<Raw = u16>>(
     }
 }
 
-/// The staged activations of 8 consecutive K positions, all rows.
+/// The staged activations of 8 consecutive K positions, all rows (row
+/// stride two padded halves).
 ///
 /// # Safety
 /// `addr` is 16-aligned and inside a staged tile.
 #[inline(always)]
 unsafe fn load_x8<const M: usize>(addr: u32) -> [[f32; 8]; M] {
     core::array::from_fn(|r| {
-        let row = addr + 256 * r as u32;
+        let row = addr + 8 * g::X_HALF_FLOATS * r as u32;
         let (a, b) = unsafe { (ptx::ld_shared_v4(row), ptx::ld_shared_v4(row + 16)) };
         [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]].map(f32::from_bits)
     })
 }
 
-/// Accumulates one tile of one column into `acc` in element order
-/// (`acc[e % 2][r] = fma(w_e, x[r][e], acc[e % 2][r])`, e = 0..64): the two
-/// 32-value blocks one after the other, each with its own scale. Written as
-/// two calls, not a loop, so that no array is indexed by a loop counter
-/// that might stay a run-time value (it would live on the stack).
-///
-/// # Safety
-/// As [`fma_block`].
+/// Table-field words of one block (`kbit_format::gemv`): k = 2 quads in
+/// words 0, 1; k = 3, 4 pairs in words 0..4; k = 5 singles in words 0..8.
 #[inline(always)]
-unsafe fn fma_tile<const M: usize, const K: usize>(t: &Tile<K>, table: u32, xs: u32, acc: &mut [[f32; M]; 2]) {
-    unsafe {
-        fma_block::<M, K>(&t.planes[0], t.scales & 0xFF, table, xs, acc);
-        fma_block::<M, K>(&t.planes[1], (t.scales >> 8) & 0xFF, table, xs + 4 * 32, acc);
-    }
-}
-
-/// Accumulates one 32-value block (planes, E4M4 scale byte) whose staged
-/// activations start at `xs` (row stride 64 floats).
-///
-/// `table` is this lane's copy of the decode table (k ≤ 4) or the table
-/// (k = 5). k = 2 decodes 4 elements per table load, k = 3, 4 two, k = 5 one.
-///
-/// # Safety
-/// The table and the block's activations are staged and published.
-#[inline(always)]
-unsafe fn fma_block<const M: usize, const K: usize>(
-    planes: &[u32; K],
-    scale: u32,
-    table: u32,
-    xs: u32,
-    acc: &mut [[f32; M]; 2],
-) {
-    let scale = e4m4::decode(scale as u8);
+fn fields<const K: usize>(planes: &[u32; K]) -> [u32; 8] {
     if K == 2 {
-        let fields = g::quad_words::<K>(planes);
-        for m8 in 0..4u32 {
-            let x = unsafe { load_x8::<M>(xs + 32 * m8) };
-            let fa = ptx::prmt(fields[0], 0, 0x4440 | m8);
-            let fb = ptx::prmt(fields[1], 0, 0x4440 | m8);
-            let (a, b) = unsafe {
-                (ptx::ld_shared_v4(table + fa * g::FIELD_BYTES), ptx::ld_shared_v4(table + fb * g::FIELD_BYTES))
-            };
-            // Quad a is elements 8m8 + {0, 1, 4, 5}, quad b + {2, 3, 6, 7}.
-            let v = [a[0], a[1], b[0], b[1], a[2], a[3], b[2], b[3]];
-            for c in 0..8 {
-                let w = ptx::mul_rn_f32(f32::from_bits(v[c]), scale);
-                for r in 0..M {
-                    acc[c % 2][r] = ptx::fma_rn_f32(w, x[r][c], acc[c % 2][r]);
-                }
-            }
-        }
+        let q = g::quad_words::<K>(planes);
+        [q[0], q[1], 0, 0, 0, 0, 0, 0]
     } else if K <= 4 {
-        let fields = g::pair_words::<K>(planes);
-        for m8 in 0..4u32 {
-            let x = unsafe { load_x8::<M>(xs + 32 * m8) };
-            for q in 0..4 {
-                let f = ptx::prmt(fields[q], 0, 0x4440 | m8);
-                let v = unsafe { ptx::ld_shared_v2(table + f * g::FIELD_BYTES) };
-                let w0 = ptx::mul_rn_f32(f32::from_bits(v[0]), scale);
-                let w1 = ptx::mul_rn_f32(f32::from_bits(v[1]), scale);
-                for r in 0..M {
-                    acc[0][r] = ptx::fma_rn_f32(w0, x[r][2 * q], acc[0][r]);
-                    acc[1][r] = ptx::fma_rn_f32(w1, x[r][2 * q + 1], acc[1][r]);
-                }
-            }
-        }
+        let p = g::pair_words::<K>(planes);
+        [p[0], p[1], p[2], p[3], 0, 0, 0, 0]
     } else {
-        let fields = g::wide_words::<K>(planes);
-        for m8 in 0..4u32 {
-            let x = unsafe { load_x8::<M>(xs + 32 * m8) };
+        g::wide_words::<K>(planes)
+    }
+}
+
+/// The codebook values of elements `8m8 .. 8m8 + 8` of a block, in element
+/// order, from its field words and this lane's table copy.
+///
+/// # Safety
+/// The table is built and published.
+#[inline(always)]
+unsafe fn decode8<const K: usize>(f: &[u32; 8], m8: u32, table: u32) -> [f32; 8] {
+    let byte = |w: u32| ptx::prmt(w, 0, 0x4440 | m8);
+    let v: [u32; 8] = unsafe {
+        if K == 2 {
+            // Quad a is elements 8m8 + {0, 1, 4, 5}, quad b + {2, 3, 6, 7}.
+            let a = ptx::ld_shared_v4(table + byte(f[0]) * g::FIELD_BYTES);
+            let b = ptx::ld_shared_v4(table + byte(f[1]) * g::FIELD_BYTES);
+            [a[0], a[1], b[0], b[1], a[2], a[3], b[2], b[3]]
+        } else if K <= 4 {
+            // Pair q is elements 8m8 + 2q, 8m8 + 2q + 1.
+            let p: [[u32; 2]; 4] =
+                core::array::from_fn(|q| unsafe { ptx::ld_shared_v2(table + byte(f[q]) * g::FIELD_BYTES) });
+            [p[0][0], p[0][1], p[1][0], p[1][1], p[2][0], p[2][1], p[3][0], p[3][1]]
+        } else {
+            core::array::from_fn(|c| unsafe { ptx::ld_shared_u32(table + 4 * byte(f[c])) })
+        }
+    };
+    v.map(f32::from_bits)
+}
+
+/// Accumulates one K tile of a lane (its block in each column group) into
+/// `acc[gi][r]`: per group the block dot product `d` over the 32 elements
+/// in order, then `acc = fma(d, scale, acc)`.
+///
+/// # Safety
+/// The table is published; `xs` is the lane's staged half tile.
+#[inline(always)]
+unsafe fn fma_unit<const M: usize, const K: usize>(u: &Unit<K>, table: u32, xs: u32, acc: &mut [[f32; M]; G]) {
+    let f: [[u32; 8]; G] = core::array::from_fn(|gi| fields::<K>(&u.planes[gi]));
+    let mut d = [[0f32; M]; G];
+    for m8 in 0..4u32 {
+        let x = unsafe { load_x8::<M>(xs + 32 * m8) };
+        for gi in 0..G {
+            let v = unsafe { decode8::<K>(&f[gi], m8, table) };
             for c in 0..8 {
-                let f = ptx::prmt(fields[c], 0, 0x4440 | m8);
-                let w = ptx::mul_rn_f32(f32::from_bits(unsafe { ptx::ld_shared_u32(table + 4 * f) }), scale);
                 for r in 0..M {
-                    acc[c % 2][r] = ptx::fma_rn_f32(w, x[r][c], acc[c % 2][r]);
+                    d[gi][r] = ptx::fma_rn_f32(v[c], x[r][c], d[gi][r]);
                 }
             }
         }
     }
+    for gi in 0..G {
+        let scale = e4m4::decode(u.scales[gi] as u8);
+        for r in 0..M {
+            acc[gi][r] = ptx::fma_rn_f32(d[gi][r], scale, acc[gi][r]);
+        }
+    }
 }
 
-/// The GEMV of one block: `C` columns starting at `col_block·C`, all of K,
-/// `rows ≤ M` rows of `x` (row stride `k_dim`) into `y` (row stride `n_dim`).
+/// The GEMV of one block: columns `col_block·32 ..` (masked at `n_dim`),
+/// all of K, `rows ≤ M` rows of `x` (row stride `k_dim`) into `y` (row
+/// stride `n_dim`).
 ///
 /// # Safety
 /// The pointers describe an `[n_dim, k_dim]` runtime-layout matrix with its
 /// `2^K`-entry codebook, `rows` rows of activations (16-aligned) and of
-/// outputs; the launch has `C·S` threads and `Geometry::smem_bytes` of
+/// outputs; the launch has `32·W` threads and `Geometry::smem_bytes` of
 /// dynamic shared memory.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -352,15 +331,18 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
 ) {
     let geo = Geometry::unpack(geom);
     let t = ptx::tid();
-    let cols = geo.cols();
-    let col = t & (cols - 1);
-    let slot = t >> geo.log_cols;
+    let lane = t & 31;
+    let warp = t >> 5;
     let n_dim = n_dim as u64;
-    let first_col = col_block as u64 * cols as u64;
-    let n = first_col + col as u64;
-    let col_ok = n < n_dim;
+    let first_col = col_block as u64 * g::BLOCK_COLS as u64;
+    // Bit gi: the lane's column in group gi exists.
+    let mut valid = 0u32;
+    for gi in 0..G {
+        let col = first_col + (16 * gi as u32 + lane / 2) as u64;
+        valid |= ((col < n_dim) as u32) << gi;
+    }
     let k_tiles = (k_dim >> 6) + (k_dim & 63 != 0) as u32;
-    let n_iter = (k_tiles + geo.slots() - 1) >> geo.log_slots;
+    let n_iter = (k_tiles + geo.warps() - 1) >> geo.log_warps;
     let chunk_mask = geo.chunk() - 1;
 
     let base = ptx::smem_base();
@@ -372,73 +354,87 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
         _ => base,
     };
     let x_tile_bytes = g::x_tile_floats(M as u32) * 4;
+    let x_half = (lane & 1) * g::X_HALF_FLOATS * 4;
     let policy = ptx::policy_evict_first();
-    let kt_of = |i: u32| (i << geo.log_slots) + slot;
-    let ok = |i: u32| col_ok && kt_of(i) < k_tiles;
+    let ok = |i: u32| (i << geo.log_warps) + warp < k_tiles;
     // `ahead` points at the next tile to load; loads run two tiles ahead of
     // the math, into three buffers used in turn (no register moves).
-    let mut ahead = Cursor::new::<K>(packed, scales, n_dim, n, slot as u64, geo.slots() as u64);
-    let mut fetch = |i: u32, t: &mut Tile<K>| {
+    let mut ahead = Cursor::new::<K>(packed, scales, n_dim, first_col, lane as u64, warp as u64, geo.warps() as u64);
+    let mut fetch = |i: u32, u: &mut Unit<K>| {
         if ok(i) {
-            *t = unsafe { ahead.load::<K>(policy) };
+            unsafe { ahead.load::<K>(valid, policy, u) };
         }
         ahead.advance();
     };
-    let (mut ta, mut tb, mut tc) = (Tile::<K>::ZERO, Tile::<K>::ZERO, Tile::<K>::ZERO);
-    fetch(0, &mut ta);
-    fetch(1, &mut tb);
+    let (mut ua, mut ub, mut uc) = (Unit::<K>::ZERO, Unit::<K>::ZERO, Unit::<K>::ZERO);
+    fetch(0, &mut ua);
+    fetch(1, &mut ub);
     unsafe { build_table::<K>(cb, base) };
 
-    let mut acc = [[0f32; M]; 2];
+    let mut acc = [[0f32; M]; G];
     // Iteration i: stage activations when a chunk starts, then tile i.
     macro_rules! step {
-        ($i:expr, $t:expr) => {{
+        ($i:expr, $u:expr) => {{
             let i: u32 = $i;
             if i & chunk_mask == 0 {
                 // Everyone is done with the previous chunk (and the table is
-                // written); stage the next R·S tiles; publish.
+                // written); stage the next R·W tiles; publish.
                 ptx::bar_sync();
-                unsafe { stage_x::<M, T>(x, k_dim, rows, i << geo.log_slots, geo.chunk() << geo.log_slots, xs) };
+                unsafe { stage_x::<M, T>(x, k_dim, rows, i << geo.log_warps, geo.chunk() << geo.log_warps, xs) };
                 ptx::bar_sync();
             }
             if ok(i) {
-                let staged = ((i & chunk_mask) << geo.log_slots) + slot;
-                unsafe { fma_tile::<M, K>(&$t, table, xs + staged * x_tile_bytes, &mut acc) };
+                let staged = ((i & chunk_mask) << geo.log_warps) + warp;
+                unsafe { fma_unit::<M, K>(&$u, table, xs + staged * x_tile_bytes + x_half, &mut acc) };
             }
         }};
     }
     let mut i = 0;
     while i < n_iter {
-        fetch(i + 2, &mut tc);
-        step!(i, ta);
+        fetch(i + 2, &mut uc);
+        step!(i, ua);
         if i + 1 >= n_iter {
             break;
         }
-        fetch(i + 3, &mut ta);
-        step!(i + 1, tb);
+        fetch(i + 3, &mut ua);
+        step!(i + 1, ub);
         if i + 2 >= n_iter {
             break;
         }
-        fetch(i + 4, &mut tb);
-        step!(i + 2, tc);
+        fetch(i + 4, &mut ub);
+        step!(i + 2, uc);
         i += 3;
     }
 
-    // Slot partials `red[slot][row][col]` over the staged activations, then
-    // one thread per (row, column) adds them in slot order.
+    // Halves meet (a_0 + a_1, the same sum in both lanes); warp partials
+    // `red[warp][row][col]`, then one thread per (row, column) adds them in
+    // warp order.
+    let cols = g::BLOCK_COLS;
+    let mut part = [[0f32; M]; G];
+    for gi in 0..G {
+        for r in 0..M {
+            let other = f32::from_bits(ptx::shfl_bfly(acc[gi][r].to_bits(), 1));
+            part[gi][r] =
+                if lane & 1 == 0 { ptx::add_rn_f32(acc[gi][r], other) } else { ptx::add_rn_f32(other, acc[gi][r]) };
+        }
+    }
     ptx::bar_sync();
-    for r in 0..M {
-        let p = ptx::add_rn_f32(acc[0][r], acc[1][r]);
-        unsafe { ptx::st_shared_f32(xs + ((slot * M as u32 + r as u32) * cols + col) * 4, p) };
+    if lane & 1 == 0 {
+        for gi in 0..G {
+            let col = 16 * gi as u32 + lane / 2;
+            for r in 0..M {
+                unsafe { ptx::st_shared_f32(xs + ((warp * M as u32 + r as u32) * cols + col) * 4, part[gi][r]) };
+            }
+        }
     }
     ptx::bar_sync();
     let mut q = t;
     while q < cols * M as u32 {
-        let r = q >> geo.log_cols;
-        let c = q & (cols - 1);
+        let r = q / cols;
+        let c = q % cols;
         let mut v = unsafe { ptx::ld_shared_f32(xs + (r * cols + c) * 4) };
-        for s in 1..geo.slots() {
-            v = ptx::add_rn_f32(v, unsafe { ptx::ld_shared_f32(xs + ((s * M as u32 + r) * cols + c) * 4) });
+        for w in 1..geo.warps() {
+            v = ptx::add_rn_f32(v, unsafe { ptx::ld_shared_f32(xs + ((w * M as u32 + r) * cols + c) * 4) });
         }
         let nn = first_col + c as u64;
         if r < rows && nn < n_dim {
@@ -449,10 +445,10 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
 }
 
 /// Body of `kbit_gemv_m{M}_k{K}_{T}`: block `b` computes columns
-/// `b·C .. (b+1)·C` of all `M` rows.
+/// `32b .. 32b + 32` of all `M` rows.
 ///
 /// # Safety
-/// As [`body`] with `rows = M`; grid `ceil(N / C)` blocks.
+/// As [`body`] with `rows = M`; grid `ceil(N / 32)` blocks.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>>(

@@ -480,9 +480,8 @@ pub fn fma_bf16x2(a: u32, b: u32, c: u32) -> u32 {
 // ---- Wrappers used by the scalar GEMV (gemv.rs) ------------------------------
 
 /// `ld.global.nc.L1::evict_first.L2::cache_hint.v4.b32`: 16 bytes of weight
-/// planes, read once. L2 policy from [`policy_evict_first`]; L1 still
-/// allocates (as evict-first) because a thread's next load of the same
-/// column hits the other half of the sector this one brought in. sm_80.
+/// planes, read once: evict-first in L1 and, with the policy from
+/// [`policy_evict_first`], in L2. sm_80.
 ///
 /// # Safety
 /// `p` is a valid, 16-aligned global pointer not written during the kernel.
@@ -510,18 +509,18 @@ pub unsafe fn ld_stream_v2(p: *const u32, policy: u64) -> [u32; 2] {
     [a, b]
 }
 
-/// As [`ld_stream_v4`], 2 bytes: the two E4M4 scale bytes of a column's K tile. sm_80.
+/// As [`ld_stream_v4`], 1 byte: the E4M4 scale byte of a lane's quant block. sm_80.
 ///
 /// # Safety
-/// `p` is a valid, 2-aligned global pointer not written during the kernel.
+/// `p` is a valid global pointer not written during the kernel.
 #[inline(always)]
-pub unsafe fn ld_stream_u16(p: *const u16, policy: u64) -> u16 {
+pub unsafe fn ld_stream_u8(p: *const u8, policy: u64) -> u32 {
     let r: u16;
     unsafe {
-        asm!("ld.global.nc.L1::evict_first.L2::cache_hint.b16 {r}, [{p}], {q};",
+        asm!("ld.global.nc.L1::evict_first.L2::cache_hint.u8 {r}, [{p}], {q};",
              r = out(reg16) r, p = in(reg64) p, q = in(reg64) policy)
     }
-    r
+    r as u32
 }
 
 /// `prmt.b32`: byte permute; with `b = 0` and selector `0x444m` it extracts
