@@ -16,7 +16,8 @@ use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::sys::CUfunction_attribute as FnAttr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use kbit_format::gemv::{self as g, Geometry};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// Largest M (rows) of the scalar GEMV, and largest `max_m` of its grouped form.
 pub const GEMV_MAX_M: usize = g::MAX_M;
@@ -26,6 +27,9 @@ pub(crate) struct GemvKernels {
     funcs: Vec<CudaFunction>,
     /// Largest block each instance can be launched with (its register use).
     max_threads: Vec<u32>,
+    /// Resident blocks per SM of (instance, geometry), asked of the driver
+    /// once: it sizes the persistent dense grid.
+    resident: Mutex<HashMap<(usize, u32), u32>>,
 }
 
 /// Dtypes of the GEMV kernels, in table order.
@@ -49,12 +53,28 @@ impl GemvKernels {
             max_threads.push(f.max_threads_per_block()?.max(32) as u32);
             funcs.push(f);
         }
-        Ok(Self { funcs, max_threads })
+        Ok(Self { funcs, max_threads, resident: Mutex::new(HashMap::new()) })
     }
 
     fn get(&self, grouped: bool, m: usize, bits: u32, dtype: Dtype) -> (&CudaFunction, u32) {
         let i = slot(grouped, m, bits, dtype);
         (&self.funcs[i], self.max_threads[i])
+    }
+
+    /// Blocks of `plan` that fit on one SM at once for this instance (at
+    /// least 1).
+    fn resident_blocks(&self, m: usize, bits: u32, dtype: Dtype, plan: &GemvPlan) -> Result<u32> {
+        let i = slot(false, m, bits, dtype);
+        let key = (i, plan.geometry.pack());
+        let mut cache = self.resident.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&b) = cache.get(&key) {
+            return Ok(b);
+        }
+        let b = self.funcs[i]
+            .occupancy_max_active_blocks_per_multiprocessor(plan.geometry.threads(), plan.smem_bytes as usize, None)?
+            .max(1);
+        cache.insert(key, b);
+        Ok(b)
     }
 }
 
@@ -165,8 +185,12 @@ impl Context {
         let (yp, _guard) = y.device_ptr_mut(s);
         let (pp, sp, cp) = (dptr(&w.packed, self), dptr(&w.scales, self), dptr(&w.cb, self));
         let (n, k, geom) = (shape.n as u32, shape.k as u32, plan.geometry.pack());
+        // Persistent: at most one round of resident blocks, each walking
+        // column blocks `b, b + grid, …`.
+        let resident = self.kernels.gemv.resident_blocks(m, bits, dtype, &plan)?;
+        let grid = plan.col_blocks.min(resident.saturating_mul(self.info().sm_count).max(1));
         let cfg = LaunchConfig {
-            grid_dim: (plan.col_blocks, 1, 1),
+            grid_dim: (grid, 1, 1),
             block_dim: (plan.geometry.threads(), 1, 1),
             shared_mem_bytes: plan.smem_bytes,
         };

@@ -306,9 +306,97 @@ unsafe fn fma_unit<const M: usize, const K: usize>(u: &Unit<K>, table: u32, xs: 
     }
 }
 
-/// The GEMV of one block: columns `col_block·32 ..` (masked at `n_dim`),
-/// all of K, `rows ≤ M` rows of `x` (row stride `k_dim`) into `y` (row
-/// stride `n_dim`).
+/// Bit `gi` set: the lane's column of group `gi` in column block `cb`
+/// exists (`< n_dim`).
+#[inline(always)]
+fn valid_groups(cb: u32, lane: u32, n_dim: u64) -> u32 {
+    let mut valid = 0u32;
+    for gi in 0..G {
+        let col = cb as u64 * g::BLOCK_COLS as u64 + (16 * gi as u32 + lane / 2) as u64;
+        valid |= ((col < n_dim) as u32) << gi;
+    }
+    valid
+}
+
+/// The column blocks a block computes, in order: `first, first + step, …`
+/// (`count` of them).
+#[derive(Clone, Copy)]
+struct Items {
+    first: u32,
+    step: u32,
+    count: u32,
+}
+
+/// The lane's load stream: tile iteration `i` of column block `cb`, walking
+/// the items one after the other.
+struct Fetch {
+    cursor: Cursor,
+    i: u32,
+    item: u32,
+    cb: u32,
+    valid: u32,
+}
+
+/// Reduces one column block's accumulators and writes its outputs: the two
+/// halves of a column meet through a shuffle (`a_0 + a_1`, the same sum in
+/// both lanes); warp partials go to `red[warp][row][col]` at `red`, then one
+/// thread per (row, column) adds them in warp order and rounds.
+///
+/// # Safety
+/// Every thread of the block calls it; `red` has room for `W·M·32` floats
+/// and nobody reads it any more; `y` holds `rows` rows of `n_dim`.
+#[inline(always)]
+unsafe fn epilogue<const M: usize, T: Elem<Raw = u16>>(
+    acc: &[[f32; M]; G],
+    red: u32,
+    warps: u32,
+    y: *mut u16,
+    rows: u32,
+    n_dim: u64,
+    first_col: u64,
+) {
+    let t = ptx::tid();
+    let (lane, warp) = (t & 31, t >> 5);
+    let cols = g::BLOCK_COLS;
+    let mut part = [[0f32; M]; G];
+    for gi in 0..G {
+        for r in 0..M {
+            let other = f32::from_bits(ptx::shfl_bfly(acc[gi][r].to_bits(), 1));
+            part[gi][r] =
+                if lane & 1 == 0 { ptx::add_rn_f32(acc[gi][r], other) } else { ptx::add_rn_f32(other, acc[gi][r]) };
+        }
+    }
+    ptx::bar_sync();
+    if lane & 1 == 0 {
+        for gi in 0..G {
+            let col = 16 * gi as u32 + lane / 2;
+            for r in 0..M {
+                unsafe { ptx::st_shared_f32(red + ((warp * M as u32 + r as u32) * cols + col) * 4, part[gi][r]) };
+            }
+        }
+    }
+    ptx::bar_sync();
+    let mut q = t;
+    while q < cols * M as u32 {
+        let r = q / cols;
+        let c = q % cols;
+        let mut v = unsafe { ptx::ld_shared_f32(red + (r * cols + c) * 4) };
+        for w in 1..warps {
+            v = ptx::add_rn_f32(v, unsafe { ptx::ld_shared_f32(red + ((w * M as u32 + r) * cols + c) * 4) });
+        }
+        let nn = first_col + c as u64;
+        if r < rows && nn < n_dim {
+            unsafe { *y.add((r as u64 * n_dim + nn) as usize) = T::from_f32(v) };
+        }
+        q += ptx::block_dim();
+    }
+}
+
+/// The GEMV of one block over its column blocks `items` (32 columns each,
+/// masked at `n_dim`): all of K, `rows ≤ M` rows of `x` (row stride
+/// `k_dim`) into `y` (row stride `n_dim`). The loads of a lane form one
+/// stream across the items, so the next column block's first tiles are in
+/// flight while this one is reduced.
 ///
 /// # Safety
 /// The pointers describe an `[n_dim, k_dim]` runtime-layout matrix with its
@@ -327,20 +415,13 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     n_dim: u32,
     k_dim: u32,
     geom: u32,
-    col_block: u32,
+    items: Items,
 ) {
     let geo = Geometry::unpack(geom);
     let t = ptx::tid();
     let lane = t & 31;
     let warp = t >> 5;
     let n_dim = n_dim as u64;
-    let first_col = col_block as u64 * g::BLOCK_COLS as u64;
-    // Bit gi: the lane's column in group gi exists.
-    let mut valid = 0u32;
-    for gi in 0..G {
-        let col = first_col + (16 * gi as u32 + lane / 2) as u64;
-        valid |= ((col < n_dim) as u32) << gi;
-    }
     let k_tiles = (k_dim >> 6) + (k_dim & 63 != 0) as u32;
     let n_iter = (k_tiles + geo.warps() - 1) >> geo.log_warps;
     let chunk_mask = geo.chunk() - 1;
@@ -357,28 +438,44 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     let x_half = (lane & 1) * g::X_HALF_FLOATS * 4;
     let policy = ptx::policy_evict_first();
     let ok = |i: u32| (i << geo.log_warps) + warp < k_tiles;
-    // `ahead` points at the next tile to load; loads run two tiles ahead of
-    // the math, into three buffers used in turn (no register moves).
-    let mut ahead = Cursor::new::<K>(packed, scales, n_dim, first_col, lane as u64, warp as u64, geo.warps() as u64);
-    let mut fetch = |i: u32, u: &mut Unit<K>| {
-        if ok(i) {
-            unsafe { ahead.load::<K>(valid, policy, u) };
+    let cursor_of = |cb: u32| {
+        let first_col = cb as u64 * g::BLOCK_COLS as u64;
+        Cursor::new::<K>(packed, scales, n_dim, first_col, lane as u64, warp as u64, geo.warps() as u64)
+    };
+    // Loads run two steps ahead of the math, into three buffers used in
+    // turn (no register moves); past the block's last item nothing is valid.
+    let valid_of = |item: u32, cb: u32| if item < items.count { valid_groups(cb, lane, n_dim) } else { 0 };
+    let mut ahead = Fetch { cursor: cursor_of(items.first), i: 0, item: 0, cb: items.first, valid: 0 };
+    ahead.valid = valid_of(0, items.first);
+    let mut fetch = |u: &mut Unit<K>| {
+        if ok(ahead.i) {
+            unsafe { ahead.cursor.load::<K>(ahead.valid, policy, u) };
         }
-        ahead.advance();
+        ahead.cursor.advance();
+        ahead.i += 1;
+        if ahead.i == n_iter {
+            ahead.i = 0;
+            ahead.item += 1;
+            ahead.cb = ahead.cb.wrapping_add(items.step);
+            ahead.cursor = cursor_of(ahead.cb);
+            ahead.valid = valid_of(ahead.item, ahead.cb);
+        }
     };
     let (mut ua, mut ub, mut uc) = (Unit::<K>::ZERO, Unit::<K>::ZERO, Unit::<K>::ZERO);
-    fetch(0, &mut ua);
-    fetch(1, &mut ub);
+    fetch(&mut ua);
+    fetch(&mut ub);
     unsafe { build_table::<K>(cb, base) };
 
     let mut acc = [[0f32; M]; G];
-    // Iteration i: stage activations when a chunk starts, then tile i.
+    let (mut i, mut item) = (0u32, 0u32);
+    // One step: stage activations when a chunk starts, tile i of the
+    // current item, and the item's epilogue after its last tile.
     macro_rules! step {
-        ($i:expr, $u:expr) => {{
-            let i: u32 = $i;
+        ($u:expr) => {{
             if i & chunk_mask == 0 {
                 // Everyone is done with the previous chunk (and the table is
-                // written); stage the next R·W tiles; publish.
+                // written, the last epilogue read); stage the next R·W
+                // tiles; publish.
                 ptx::bar_sync();
                 unsafe { stage_x::<M, T>(x, k_dim, rows, i << geo.log_warps, geo.chunk() << geo.log_warps, xs) };
                 ptx::bar_sync();
@@ -387,68 +484,38 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
                 let staged = ((i & chunk_mask) << geo.log_warps) + warp;
                 unsafe { fma_unit::<M, K>(&$u, table, xs + staged * x_tile_bytes + x_half, &mut acc) };
             }
+            i += 1;
+            if i == n_iter {
+                let first_col = (items.first + item * items.step) as u64 * g::BLOCK_COLS as u64;
+                unsafe { epilogue::<M, T>(&acc, xs, geo.warps(), y, rows, n_dim, first_col) };
+                acc = [[0f32; M]; G];
+                i = 0;
+                item += 1;
+            }
         }};
     }
-    let mut i = 0;
-    while i < n_iter {
-        fetch(i + 2, &mut uc);
-        step!(i, ua);
-        if i + 1 >= n_iter {
+    while item < items.count {
+        fetch(&mut uc);
+        step!(ua);
+        if item >= items.count {
             break;
         }
-        fetch(i + 3, &mut ua);
-        step!(i + 1, ub);
-        if i + 2 >= n_iter {
+        fetch(&mut ua);
+        step!(ub);
+        if item >= items.count {
             break;
         }
-        fetch(i + 4, &mut ub);
-        step!(i + 2, uc);
-        i += 3;
-    }
-
-    // Halves meet (a_0 + a_1, the same sum in both lanes); warp partials
-    // `red[warp][row][col]`, then one thread per (row, column) adds them in
-    // warp order.
-    let cols = g::BLOCK_COLS;
-    let mut part = [[0f32; M]; G];
-    for gi in 0..G {
-        for r in 0..M {
-            let other = f32::from_bits(ptx::shfl_bfly(acc[gi][r].to_bits(), 1));
-            part[gi][r] =
-                if lane & 1 == 0 { ptx::add_rn_f32(acc[gi][r], other) } else { ptx::add_rn_f32(other, acc[gi][r]) };
-        }
-    }
-    ptx::bar_sync();
-    if lane & 1 == 0 {
-        for gi in 0..G {
-            let col = 16 * gi as u32 + lane / 2;
-            for r in 0..M {
-                unsafe { ptx::st_shared_f32(xs + ((warp * M as u32 + r as u32) * cols + col) * 4, part[gi][r]) };
-            }
-        }
-    }
-    ptx::bar_sync();
-    let mut q = t;
-    while q < cols * M as u32 {
-        let r = q / cols;
-        let c = q % cols;
-        let mut v = unsafe { ptx::ld_shared_f32(xs + (r * cols + c) * 4) };
-        for w in 1..geo.warps() {
-            v = ptx::add_rn_f32(v, unsafe { ptx::ld_shared_f32(xs + ((w * M as u32 + r) * cols + c) * 4) });
-        }
-        let nn = first_col + c as u64;
-        if r < rows && nn < n_dim {
-            unsafe { *y.add((r as u64 * n_dim + nn) as usize) = T::from_f32(v) };
-        }
-        q += ptx::block_dim();
+        fetch(&mut ub);
+        step!(uc);
     }
 }
 
-/// Body of `kbit_gemv_m{M}_k{K}_{T}`: block `b` computes columns
-/// `32b .. 32b + 32` of all `M` rows.
+/// Body of `kbit_gemv_m{M}_k{K}_{T}`: a persistent grid; block `b`
+/// computes column blocks `b, b + grid, …` (32 columns each) of all `M`
+/// rows.
 ///
 /// # Safety
-/// As [`body`] with `rows = M`; grid `ceil(N / 32)` blocks.
+/// As [`body`] with `rows = M`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>>(
@@ -461,7 +528,12 @@ pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     k_dim: u32,
     geom: u32,
 ) {
-    unsafe { body::<M, K, T>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, ptx::bid()) }
+    let col_blocks = n_dim.div_ceil(g::BLOCK_COLS);
+    let (b, grid) = (ptx::bid(), ptx::grid_dim());
+    let Some(step) = NonZeroU32::new(grid) else { return };
+    let count = if b < col_blocks { (col_blocks - b + grid - 1) / step } else { 0 };
+    let items = Items { first: b, step: grid, count };
+    unsafe { body::<M, K, T>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items) }
 }
 
 /// The expert owning activation row `row`: the number of `offsets[e] ≤ row`
@@ -543,7 +615,7 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
             n_dim,
             k_dim,
             geom,
-            col_block,
+            Items { first: col_block, step: 1, count: 1 },
         )
     }
 }
