@@ -2,9 +2,10 @@
 //! M = 1..=64 with f16 or bf16 activations, reading the runtime layout.
 //!
 //! Each call picks an instance (`ceil(M / 16)` m16 blocks, a 64- or
-//! 128-column tile by the split-K cost model), plans the persistent grid and
-//! the K splits ([`crate::splitk`]) for the device's SM count, and launches
-//! once on the context's stream. The split-K workspace and counters belong
+//! 128-column tile by the split-K cost model), plans the persistent grid,
+//! the K splits and the pipeline shape (stages × K tiles per stage, within
+//! the instance's shared memory; [`crate::splitk`]) for the device's SM
+//! count, and launches once on the context's stream. The split-K workspace and counters belong
 //! to the [`Context`] (allocated at creation); the kernel leaves the
 //! counters at zero, so calls need no memset, no allocation and no host
 //! synchronization, and can be captured in a CUDA graph.
@@ -40,13 +41,19 @@ pub struct MmaOptions {
     /// Plan for this many SMs instead of the device's (tests of other GPUs'
     /// split choices; any count gives correct results).
     pub sm_count_override: Option<u32>,
+    /// K tiles per pipeline stage (1..=4) instead of the planner's choice
+    /// (tests of partial stages; any value that fits gives correct results).
+    pub stage_tiles: Option<u32>,
 }
 
 /// How one kernel instance runs on this device.
 #[derive(Clone, Copy, Debug)]
 struct Instance {
-    stages: u32,
+    /// K-tile slots of pipeline stages in `smem_bytes`.
+    tile_slots: u32,
     blocks_per_sm: u32,
+    /// The dynamic shared memory the function is opted into (the most any
+    /// launch of it uses).
     smem_bytes: u32,
 }
 
@@ -59,9 +66,11 @@ pub(crate) struct MmaState {
 }
 
 impl MmaState {
-    /// Chooses every instance's pipeline depth from the device's shared
-    /// memory, opts it into that much dynamic shared memory, asks the driver
-    /// how many blocks stay resident, and allocates the zeroed workspace.
+    /// Chooses every instance's shared memory (K-tile slots of pipeline
+    /// stages) from the device's, opts it into that much dynamic shared
+    /// memory, asks the driver how many blocks stay resident (one block per
+    /// SM when registers allow only one: then it takes all the slots that
+    /// fit), and allocates the zeroed workspace.
     pub(crate) fn new(stream: &Arc<CudaStream>, kernels: &crate::module::Kernels, info: &DeviceInfo) -> Result<Self> {
         let mut instances = Vec::with_capacity(kernels.mma.len());
         for bits in crate::module::BITS {
@@ -69,31 +78,42 @@ impl MmaState {
                 for tn in MMA_TILE_N {
                     for d in [Dtype::F16, Dtype::Bf16] {
                         let f = &kernels.mma[mma_slot(bits, mb, tn, d).expect("mma table order")];
-                        let pick = splitk::stages_for(
-                            bits,
-                            mb,
-                            tn,
-                            info.max_smem_per_block,
-                            info.max_smem_per_sm,
-                            RESERVED_SMEM,
-                        );
-                        let inst = match pick {
-                            None => None,
-                            Some((stages, blocks)) => {
-                                let smem = geo::smem_bytes(mb, tn / 32, bits, stages);
-                                f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
-                                let resident = f.occupancy_max_active_blocks_per_multiprocessor(
-                                    geo::THREADS,
-                                    smem as usize,
-                                    None,
-                                )?;
-                                (resident > 0).then_some(Instance {
-                                    stages,
-                                    blocks_per_sm: resident.min(blocks),
-                                    smem_bytes: smem,
-                                })
-                            }
+                        let pick = |max_blocks| {
+                            splitk::slots_for(
+                                bits,
+                                mb,
+                                tn,
+                                info.max_smem_per_block,
+                                info.max_smem_per_sm,
+                                RESERVED_SMEM,
+                                max_blocks,
+                            )
                         };
+                        let resident = |slots: u32| -> Result<(u32, u32)> {
+                            let smem = geo::smem_bytes(mb, tn / 32, bits, 1, slots);
+                            f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+                            let r =
+                                f.occupancy_max_active_blocks_per_multiprocessor(geo::THREADS, smem as usize, None)?;
+                            Ok((r, smem))
+                        };
+                        let mut inst = None;
+                        if let Some((mut slots, mut blocks)) = pick(2) {
+                            let (mut r, mut smem) = resident(slots)?;
+                            if r == 1
+                                && blocks > 1
+                                && let Some((s1, b1)) = pick(1)
+                            {
+                                (slots, blocks) = (s1, b1);
+                                (r, smem) = resident(slots)?;
+                            }
+                            if r > 0 {
+                                inst = Some(Instance {
+                                    tile_slots: slots,
+                                    blocks_per_sm: r.min(blocks),
+                                    smem_bytes: smem,
+                                });
+                            }
+                        }
                         instances.push(inst);
                     }
                 }
@@ -149,7 +169,8 @@ impl Context {
     ///
     /// # Errors
     /// As [`Context::mma_gemm`], plus [`Error::SplitK`] for `Fixed(0)`, an
-    /// SM count of 0, or a fixed split count the workspace cannot hold.
+    /// SM count of 0, a fixed split count the workspace cannot hold, or a
+    /// `stage_tiles` outside 1..=4 or too large for the shared memory.
     pub fn mma_gemm_with<T: Element>(
         &self,
         x: &impl DevicePtr<T>,
@@ -196,7 +217,8 @@ impl Context {
                 .arg(&plan.splits)
                 .arg(&plan.tiles_per_split)
                 .arg(&plan.items)
-                .arg(&plan.tile.stages)
+                .arg(&plan.stages)
+                .arg(&plan.stage_tiles)
                 .arg(&pairs)
                 .launch(cfg)
         }?;
@@ -225,8 +247,9 @@ impl Context {
         for tn in [128, 64] {
             let slot = mma_slot(bits, mb, tn, dtype).expect("mma instance exists");
             let Some(inst) = self.mma.instances[slot] else { continue };
-            let tile = TileConfig { m_blocks: mb, tile_n: tn, stages: inst.stages, blocks_per_sm: inst.blocks_per_sm };
-            debug_assert_eq!(inst.smem_bytes, geo::smem_bytes(mb, tn / 32, bits, inst.stages));
+            let tile =
+                TileConfig { m_blocks: mb, tile_n: tn, tile_slots: inst.tile_slots, blocks_per_sm: inst.blocks_per_sm };
+            debug_assert_eq!(inst.smem_bytes, geo::smem_bytes(mb, tn / 32, bits, 1, inst.tile_slots));
             let auto = splitk::plan(m, shape.n, shape.k, bits, sms, tile, Splits::Auto, limits)?;
             let c = splitk::cost(auto.n_tiles, auto.k_tiles, auto.splits, sms, mb, bits) * tn as f64;
             if best.is_none_or(|(bc, _)| c < bc) {
@@ -239,6 +262,10 @@ impl Context {
                 available: self.info().max_smem_per_block,
             });
         };
-        splitk::plan(m, shape.n, shape.k, bits, sms, tile, opts.splits, limits)
+        let plan = splitk::plan(m, shape.n, shape.k, bits, sms, tile, opts.splits, limits)?;
+        match opts.stage_tiles {
+            Some(kt) => plan.with_stage_tiles(kt, bits),
+            None => Ok(plan),
+        }
     }
 }

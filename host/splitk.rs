@@ -15,6 +15,13 @@
 //! …`. With `splits > 1` each item writes an f32 partial tile to its own
 //! workspace slot (`slot_f32` floats) and one arrival counter per n tile
 //! elects the block that reduces.
+//!
+//! Pipeline shape: an instance owns `tile_slots` K-tile slots of shared
+//! memory per block ([`slots_for`]); each launch splits them into `stages`
+//! stages of `stage_tiles` (KT) K tiles ([`stage_shape`]): KT·TILE_N = 256
+//! (64 weights per thread between barriers) when that leaves at least 3
+//! stages and an item has that many tiles, else smaller. An item's last
+//! stage may be partial (`tiles_per_split` need not be a multiple of KT).
 
 use crate::{Error, Result};
 use kbit_format::mma as geo;
@@ -41,8 +48,10 @@ pub struct TileConfig {
     pub m_blocks: u32,
     /// Output columns per tile: 64 or 128.
     pub tile_n: u32,
-    /// Pipeline stages (2..=[`geo::MAX_STAGES`]).
-    pub stages: u32,
+    /// K-tile slots of pipeline stages that fit the instance's shared memory
+    /// (2..=[`geo::MAX_TILE_SLOTS`]): a launch uses `stages · stage_tiles`
+    /// of them at most.
+    pub tile_slots: u32,
     /// Resident blocks per SM at this configuration's shared memory.
     pub blocks_per_sm: u32,
 }
@@ -79,6 +88,10 @@ pub struct Plan {
     pub items: u32,
     /// Persistent grid: `min(items, SMs · blocks_per_sm)`.
     pub grid: u32,
+    /// Pipeline stages (2..=[`geo::MAX_STAGES`]).
+    pub stages: u32,
+    /// K tiles per stage, KT (1..=[`geo::MAX_STAGE_TILES`]).
+    pub stage_tiles: u32,
     /// f32 workspace values the launch uses (0 with one split).
     pub workspace_f32: usize,
     /// Dynamic shared memory per block, bytes.
@@ -107,6 +120,56 @@ impl Plan {
         let start = t * self.tile.tile_n;
         start..(start + self.tile.tile_n).min(self.n)
     }
+
+    /// K-tile ranges of the pipeline stages of split `s`, in order, as the
+    /// kernel's cursors walk them: `min(KT, end − kt)` tiles each.
+    pub fn split_stages(&self, s: u32) -> impl Iterator<Item = Range<u32>> + use<> {
+        let r = self.split_range(s);
+        let kt = self.stage_tiles.max(1);
+        (r.start..r.end).step_by(kt as usize).map(move |a| a..(a + kt).min(r.end))
+    }
+
+    /// This plan with `stage_tiles` K tiles per stage (and as many stages as
+    /// then fit, at most [`geo::MAX_STAGES`]) instead of the chosen shape.
+    ///
+    /// # Errors
+    /// [`Error::SplitK`] if `stage_tiles` is outside
+    /// 1..=[`geo::MAX_STAGE_TILES`] or two such stages do not fit.
+    pub fn with_stage_tiles(mut self, stage_tiles: u32, bits: u32) -> Result<Plan> {
+        let stages = self.tile.tile_slots / stage_tiles.max(1);
+        if !(geo::MIN_STAGE_TILES..=geo::MAX_STAGE_TILES).contains(&stage_tiles) || stages < geo::MIN_STAGES {
+            return Err(Error::SplitK {
+                what: "stage_tiles",
+                value: stage_tiles as usize,
+                reason: format!("1..={} tiles, two stages in {} slots", geo::MAX_STAGE_TILES, self.tile.tile_slots),
+            });
+        }
+        self.stage_tiles = stage_tiles;
+        self.stages = stages.min(geo::MAX_STAGES);
+        self.smem_bytes = geo::smem_bytes(self.tile.m_blocks, self.tile.tile_n / 32, bits, self.stages, stage_tiles);
+        Ok(self)
+    }
+}
+
+/// K tiles × columns of a stage the pipeline aims for: 256, i.e. 64 weights
+/// per thread between barriers (a K tile gives each of the 256 threads
+/// `TILE_N / 4` weights).
+const STAGE_TILE_COLUMNS: u32 = 256;
+/// Fewest stages [`stage_shape`] accepts before it lowers KT.
+const PREFERRED_STAGES: u32 = 3;
+
+/// `(stage_tiles, stages)` for an instance with `tile_slots` K-tile slots
+/// and `tile_n` columns, for items of `tiles_per_split` K tiles: KT starts
+/// at `256 / tile_n` (capped at [`geo::MAX_STAGE_TILES`]), is halved while it
+/// exceeds the item length or leaves fewer than 3 stages; the stages are as
+/// many as fit (at most [`geo::MAX_STAGES`]). With `tile_slots ≥ 2` the
+/// result always has at least 2 stages.
+pub fn stage_shape(tile_slots: u32, tile_n: u32, tiles_per_split: u32) -> (u32, u32) {
+    let mut kt = (STAGE_TILE_COLUMNS / tile_n.max(1)).clamp(geo::MIN_STAGE_TILES, geo::MAX_STAGE_TILES);
+    while kt > 1 && (kt > tiles_per_split || tile_slots / kt < PREFERRED_STAGES) {
+        kt /= 2;
+    }
+    (kt, (tile_slots / kt).min(geo::MAX_STAGES))
 }
 
 /// `(splits, tiles_per_split)` for a requested split count: every split
@@ -119,24 +182,30 @@ pub fn normalize_splits(k_tiles: u32, requested: u32) -> (u32, u32) {
 
 /// Estimated duration of a plan in K-tile loads of one SM (cost model of
 /// [`Splits::Auto`]): the busiest SM streams `ceil(items / SMs)` items of up
-/// to `tiles_per_split` tiles; with split-K every partial is written and read
-/// once more through L2 (one slot ≈ `8·m_blocks / (6·bits)` tile loads at
-/// L2's ~6× per-SM bandwidth, i.e. `4·m_blocks / (3·bits)`), plus a fixed
-/// cost for the fence, counter and reduction latency.
+/// to `tiles_per_split` tiles; with split-K each item also pays its
+/// publication (partial tile stores, a GPU-scope fence, the arrival
+/// counter, two barriers: ≈ [`SPLIT_ITEM_COST`] tile loads, which favors
+/// fewer, larger items), and every partial is read once more through L2
+/// (one slot ≈ `8·m_blocks / (6·bits)` tile loads at L2's ~6× per-SM
+/// bandwidth, i.e. `4·m_blocks / (3·bits)`), plus a fixed cost for the
+/// reduction's latency.
 pub fn cost(n_tiles: u32, k_tiles: u32, splits: u32, sm_count: u32, m_blocks: u32, bits: u32) -> f64 {
     let (splits, tps) = normalize_splits(k_tiles, splits);
     let items = n_tiles as u64 * splits as u64;
     let waves = items.div_ceil(sm_count.max(1) as u64);
-    let stream = (waves * tps as u64) as f64;
     if splits == 1 {
-        return stream;
+        return (waves * tps as u64) as f64;
     }
+    let stream = waves as f64 * (tps as f64 + SPLIT_ITEM_COST);
     let per_split = 4.0 * m_blocks as f64 / (3.0 * bits as f64);
     stream + splits as f64 * per_split + SPLIT_FIXED_COST
 }
 
 /// Fixed latency of a split-K reduction, in K-tile loads.
 const SPLIT_FIXED_COST: f64 = 2.0;
+
+/// Per-item cost of publishing a split-K partial, in K-tile loads.
+const SPLIT_ITEM_COST: f64 = 2.0;
 
 /// Most splits [`Splits::Auto`] considers.
 const AUTO_MAX_SPLITS: u32 = 64;
@@ -177,8 +246,8 @@ pub fn plan(
     if tile.tile_n != 64 && tile.tile_n != 128 {
         return bad("tile_n", tile.tile_n as usize, "the kernels exist for 64 and 128");
     }
-    if !(geo::MIN_STAGES..=geo::MAX_STAGES).contains(&tile.stages) || tile.blocks_per_sm == 0 {
-        return bad("stages", tile.stages as usize, "outside the kernel's range, or no resident block");
+    if !(geo::MIN_STAGES..=geo::MAX_TILE_SLOTS).contains(&tile.tile_slots) || tile.blocks_per_sm == 0 {
+        return bad("tile_slots", tile.tile_slots as usize, "outside the kernel's range, or no resident block");
     }
     let n_tiles = n.div_ceil(tile.tile_n as usize) as u32;
     let k_tiles = k.div_ceil(TILE_K) as u32;
@@ -230,6 +299,7 @@ pub fn plan(
     }
     let items = items as u32;
     let slots = sm_count as u64 * tile.blocks_per_sm as u64;
+    let (stage_tiles, stages) = stage_shape(tile.tile_slots, tile.tile_n, tps);
     Ok(Plan {
         m: m as u32,
         n: n as u32,
@@ -241,33 +311,40 @@ pub fn plan(
         tiles_per_split: tps,
         items,
         grid: slots.min(items as u64) as u32,
+        stages,
+        stage_tiles,
         workspace_f32: if s > 1 { items as usize * slot } else { 0 },
-        smem_bytes: geo::smem_bytes(tile.m_blocks, tile.tile_n / 32, bits, tile.stages),
+        smem_bytes: geo::smem_bytes(tile.m_blocks, tile.tile_n / 32, bits, stages, stage_tiles),
     })
 }
 
-/// Chooses `(stages, blocks per SM)` for a kernel instance from the device's
-/// shared memory: two resident blocks per SM when that leaves at least 4
-/// stages each (more warps to hide lookup and mma latency, 6+ tiles in
-/// flight per SM), else one block with as many stages as fit (at least 2);
-/// `None` if even 2 stages do not fit. `reserved` is the driver's per-block
-/// reservation (1 KiB on sm_80+).
-pub fn stages_for(
+/// Chooses `(tile_slots, blocks per SM)` for a kernel instance from the
+/// device's shared memory: `max_blocks` (at most 2) resident blocks per SM
+/// when that leaves at least 4 K-tile slots each (more warps to hide lookup
+/// and mma latency), else one block with as many slots as fit (at least 2,
+/// at most [`geo::MAX_TILE_SLOTS`]); `None` if even 2 do not fit.
+/// `reserved` is the driver's per-block reservation (1 KiB on sm_80+).
+/// [`stage_shape`] later cuts the slots into stages per launch.
+pub fn slots_for(
     bits: u32,
     m_blocks: u32,
     tile_n: u32,
     smem_per_block: usize,
     smem_per_sm: usize,
     reserved: usize,
+    max_blocks: u32,
 ) -> Option<(u32, u32)> {
     let nf = tile_n / 32;
     let fixed = geo::stages_offset(m_blocks, nf, bits) as usize;
-    let stage = geo::stage_bytes(m_blocks, nf, bits) as usize;
-    for (blocks, min_stages) in [(2usize, 4usize), (1, geo::MIN_STAGES as usize)] {
+    let slot = geo::tile_bytes(m_blocks, nf, bits) as usize;
+    for (blocks, min_slots) in [(2usize, 4usize), (1, geo::MIN_STAGES as usize)] {
+        if blocks > max_blocks.max(1) as usize {
+            continue;
+        }
         let budget = smem_per_block.min((smem_per_sm / blocks).saturating_sub(reserved));
-        let stages = budget.saturating_sub(fixed) / stage;
-        if budget >= fixed && stages >= min_stages {
-            return Some((stages.min(geo::MAX_STAGES as usize) as u32, blocks as u32));
+        let slots = budget.saturating_sub(fixed) / slot;
+        if budget >= fixed && slots >= min_slots {
+            return Some((slots.min(geo::MAX_TILE_SLOTS as usize) as u32, blocks as u32));
         }
     }
     None

@@ -4,8 +4,11 @@
 //! (`kbit_format::mma`) against the PTX definitions of `ldmatrix` and
 //! `mma.m16n8k16` fragments, the pair/single index math against the format's
 //! bit planes, the staged windows against the tile layout, the shared-memory
-//! budgets of sm_89 and sm_90, and the split-K planner for 132, 128 and other
-//! SM counts (every output tile covered exactly once, no empty split).
+//! budgets and pipeline shapes of sm_89 and sm_90, the split-K planner for
+//! 132, 128 and other SM counts (every output tile covered exactly once, no
+//! empty split), and a model of the kernel's loader and compute cursors
+//! (every K tile of every split computed exactly once, from the stage slot
+//! the loader filled, partial stages included).
 //!
 //! GPU tests (skip visibly without a GPU) compare `Context::mma_gemm_with`
 //! with two f64 references on fresh random data, outputs poisoned with NaN:
@@ -196,20 +199,54 @@ fn every_instance_fits_sm89_and_sm90_with_a_deep_enough_pipeline() {
         for bits in 2..=5 {
             for mb in 1..=4 {
                 for tn in [64, 128] {
-                    let (stages, blocks) = splitk::stages_for(bits, mb, tn, per_block, per_sm, 1024)
-                        .unwrap_or_else(|| panic!("{gpu}: k{bits} m{mb} n{tn} does not fit"));
-                    let smem = geo::smem_bytes(mb, tn / 32, bits, stages) as usize;
-                    assert!(smem <= per_block && blocks as usize * (smem + 1024) <= per_sm);
-                    assert!(stages >= geo::MIN_STAGES);
-                    if gpu == "sm_90" {
-                        assert!(stages >= 4, "{gpu}: k{bits} m{mb} n{tn} only {stages} stages");
+                    for max_blocks in [2, 1] {
+                        let (slots, blocks) = splitk::slots_for(bits, mb, tn, per_block, per_sm, 1024, max_blocks)
+                            .unwrap_or_else(|| panic!("{gpu}: k{bits} m{mb} n{tn} does not fit"));
+                        assert!(blocks <= max_blocks);
+                        let most = geo::smem_bytes(mb, tn / 32, bits, 1, slots) as usize;
+                        assert!(most <= per_block && blocks as usize * (most + 1024) <= per_sm);
+                        assert!((geo::MIN_STAGES..=geo::MAX_TILE_SLOTS).contains(&slots));
+                        if gpu == "sm_90" {
+                            assert!(slots >= 4, "{gpu}: k{bits} m{mb} n{tn} only {slots} slots");
+                        }
+                        // Every item length gets a shape within the slots.
+                        for tps in [1, 2, 3, 5, 16, 128] {
+                            let (kt, stages) = splitk::stage_shape(slots, tn, tps);
+                            assert!((1..=geo::MAX_STAGE_TILES).contains(&kt) && kt <= tps.max(1));
+                            assert!((geo::MIN_STAGES..=geo::MAX_STAGES).contains(&stages), "{gpu} {slots} {tps}");
+                            assert!(geo::smem_bytes(mb, tn / 32, bits, stages, kt) as usize <= most);
+                        }
+                        if max_blocks == 2 {
+                            let (kt, stages) = splitk::stage_shape(slots, tn, 128);
+                            let smem = geo::smem_bytes(mb, tn / 32, bits, stages, kt) / 1024;
+                            table += &format!(" k{bits}m{mb}n{tn}:{slots}x{blocks}=KT{kt}xS{stages}({smem}K)");
+                        }
                     }
-                    table += &format!(" k{bits}m{mb}n{tn}:{stages}x{blocks}({}K)", smem / 1024);
                 }
             }
         }
-        eprintln!("{gpu} stages x blocks/SM (smem):{table}");
+        eprintln!("{gpu} slots x blocks/SM = KT x stages (smem), long items:{table}");
     }
+    // Llama-70B gate/up at M 16 (k = 4, TILE_N 128) on sm_90: two blocks per
+    // SM, 2 K tiles (64 weights per thread) per stage, ≥ 32 KiB of weights
+    // in flight per SM.
+    let (slots, blocks) = splitk::slots_for(4, 1, 128, GPUS[1].1, GPUS[1].2, 1024, 2).unwrap();
+    let (kt, stages) = splitk::stage_shape(slots, 128, 32);
+    let w_tile = 128 * 2 * 4 * 4;
+    assert_eq!((blocks, kt), (2, 2), "{slots} slots");
+    assert!(blocks * (stages - 1) * kt * w_tile >= 32 * 1024, "{stages} stages");
+}
+
+#[test]
+fn stage_shapes_aim_at_256_tile_columns_with_three_stages() {
+    assert_eq!(splitk::stage_shape(11, 128, 32), (2, 5));
+    assert_eq!(splitk::stage_shape(34, 64, 4), (4, 8));
+    assert_eq!(splitk::stage_shape(34, 64, 3), (2, 12));
+    assert_eq!(splitk::stage_shape(4, 128, 32), (1, 4));
+    assert_eq!(splitk::stage_shape(9, 64, 32), (2, 4));
+    assert_eq!(splitk::stage_shape(2, 64, 100), (1, 2));
+    assert_eq!(splitk::stage_shape(48, 64, 1), (1, 12));
+    assert_eq!(splitk::stage_shape(48, 128, 1000), (2, 12));
 }
 
 #[test]
@@ -260,6 +297,20 @@ fn check_plan(p: &kbit::Plan, what: &str) {
         next = r.end;
     }
     assert_eq!(next, p.k_tiles, "{what}: splits do not cover K");
+    // Pipeline shape: within the instance's slots, and each split's stages
+    // partition its range into runs of at most KT tiles.
+    assert!((1..=geo::MAX_STAGE_TILES).contains(&p.stage_tiles), "{what}: {p:?}");
+    assert!((geo::MIN_STAGES..=geo::MAX_STAGES).contains(&p.stages), "{what}: {p:?}");
+    assert!(p.stages * p.stage_tiles <= p.tile.tile_slots, "{what}: {p:?}");
+    for s in 0..p.splits {
+        let r = p.split_range(s);
+        let mut at = r.start;
+        for st in p.split_stages(s) {
+            assert!(st.start == at && !st.is_empty() && st.len() <= p.stage_tiles as usize, "{what}: {st:?}");
+            at = st.end;
+        }
+        assert_eq!(at, r.end, "{what}: split {s} stages");
+    }
     let mut col = 0;
     for t in 0..p.n_tiles {
         let c = p.tile_columns(t);
@@ -307,12 +358,12 @@ fn planner_covers_every_tile_once_with_no_empty_split_on_132_and_128_sms() {
             for m in [1usize, 5, 16, 17, 33, 64] {
                 let mb = m.div_ceil(16) as u32;
                 for tn in [64u32, 128] {
-                    for bps in [1u32, 2] {
-                        let tile = TileConfig { m_blocks: mb, tile_n: tn, stages: 4, blocks_per_sm: bps };
+                    for (bps, slots) in [(1u32, 2u32), (2, 5), (1, 11), (2, geo::MAX_TILE_SLOTS)] {
+                        let tile = TileConfig { m_blocks: mb, tile_n: tn, tile_slots: slots, blocks_per_sm: bps };
                         let k_tiles = k.div_ceil(64) as u32;
                         let requests = [Splits::Auto, Splits::Max, Splits::Fixed(1), Splits::Fixed(sms)];
                         for req in requests.into_iter().chain([3, 7, 33, 131, 132, 1000].map(Splits::Fixed)) {
-                            let what = format!("sms {sms} K {k} N {n} M {m} tile {tn} x{bps} {req:?}");
+                            let what = format!("sms {sms} K {k} N {n} M {m} tile {tn} x{bps} slots {slots} {req:?}");
                             let p = match splitk::plan(m, n, k, 4, sms, tile, req, LIMITS) {
                                 Ok(p) => p,
                                 // A fixed count the 16 MiB workspace cannot hold is an error, never a clamp.
@@ -356,7 +407,7 @@ fn split_counts_are_normalized_so_none_is_empty() {
 
 #[test]
 fn planner_rejects_bad_requests_with_named_arguments() {
-    let tile = TileConfig { m_blocks: 1, tile_n: 64, stages: 4, blocks_per_sm: 1 };
+    let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 4, blocks_per_sm: 1 };
     let p = |m, n, k, sms, t, s| splitk::plan(m, n, k, 4, sms, t, s, LIMITS);
     assert!(matches!(p(0, 64, 64, 132, tile, Splits::Auto), Err(Error::Rows { m: 0, .. })));
     assert!(matches!(p(17, 64, 64, 132, tile, Splits::Auto), Err(Error::Rows { m: 17, max: 16 })));
@@ -372,21 +423,130 @@ fn planner_rejects_bad_requests_with_named_arguments() {
     // Max stays within it.
     let m = p(8, 4100, 8192, 132, tile, Splits::Max).unwrap();
     check_plan(&m, "max");
+    // Forced stage shapes: 1..=4 tiles while two stages fit the slots.
+    let bad_slots = TileConfig { tile_slots: 1, ..tile };
+    assert!(matches!(p(8, 64, 64, 132, bad_slots, Splits::Auto), Err(Error::SplitK { what: "tile_slots", .. })));
+    let q = p(8, 200, 2080, 132, tile, Splits::Fixed(1)).unwrap();
+    for kt in [0, 3, 5] {
+        let e = q.with_stage_tiles(kt, 4).unwrap_err();
+        assert!(matches!(e, Error::SplitK { what: "stage_tiles", .. }), "{e}");
+    }
+    let q2 = q.with_stage_tiles(2, 4).unwrap();
+    assert_eq!((q2.stage_tiles, q2.stages), (2, 2));
+    assert_eq!(q2.smem_bytes, geo::smem_bytes(1, 2, 4, 2, 2));
+    check_plan(&q2, "forced KT 2");
 }
 
 #[test]
 fn auto_splits_fill_the_gpu_on_small_n() {
     // kv (K 2048, N 512) at M 8 on 132 SMs: 8 tiles of 64 columns alone would
     // leave 124 SMs idle.
-    let tile = TileConfig { m_blocks: 1, tile_n: 64, stages: 8, blocks_per_sm: 2 };
+    let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 32, blocks_per_sm: 2 };
     let p = splitk::plan(8, 512, 2048, 4, 132, tile, Splits::Auto, LIMITS).unwrap();
     assert!(p.splits > 1 && p.items >= 64, "{p:?}");
     // Llama-3-70B gate/up (K 8192, N 28672): enough tiles; the model may still
     // split a little to balance the waves, never past 8.
-    let tile = TileConfig { m_blocks: 1, tile_n: 128, stages: 8, blocks_per_sm: 2 };
+    let tile = TileConfig { m_blocks: 1, tile_n: 128, tile_slots: 11, blocks_per_sm: 2 };
     let p = splitk::plan(8, 28672, 8192, 4, 132, tile, Splits::Auto, LIMITS).unwrap();
     assert!(p.splits <= 8, "{p:?}");
-    eprintln!("70B gate/up on 132 SMs: {} splits, {} items, grid {}", p.splits, p.items, p.grid);
+    // Items long enough for whole stages of 2 tiles.
+    assert!(p.tiles_per_split >= 16 && p.stage_tiles == 2, "{p:?}");
+    eprintln!(
+        "70B gate/up on 132 SMs: {} splits of {} K tiles, {} items, grid {}, {} stages x {} K tiles",
+        p.splits, p.tiles_per_split, p.items, p.grid, p.stages, p.stage_tiles
+    );
+}
+
+/// The kernel's work walk (`kernels-gpu/src/mma.rs`, `run`), replayed on the
+/// CPU: per block a loader cursor S−1 stages ahead of a compute cursor over
+/// a ring of S stage buffers, stages of `min(KT, kt_end − kt)` tiles. Returns
+/// how often each (n tile, K tile) was computed, after checking that every
+/// stage computed was the one its buffer was loaded with.
+fn replay_kernel_walk(p: &kbit::Plan) -> Vec<u32> {
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    struct Cursor {
+        item: u32,
+        nt: u32,
+        kt: u32,
+        kt_end: u32,
+    }
+    let at = |item: u32| {
+        let (nt, sp) = (item / p.splits, item % p.splits);
+        let kt = sp * p.tiles_per_split;
+        Cursor { item, nt, kt, kt_end: (kt + p.tiles_per_split).min(p.k_tiles) }
+    };
+    let live = |c: &Cursor| c.item < p.items;
+    let len = |c: &Cursor| c.kt_end.saturating_sub(c.kt).min(p.stage_tiles);
+    let advance = |c: &mut Cursor| {
+        c.kt += len(c);
+        if c.kt == c.kt_end {
+            *c = at(c.item.saturating_add(p.grid));
+        }
+    };
+    let mut seen = vec![0u32; (p.n_tiles * p.k_tiles) as usize];
+    for b in 0..p.grid {
+        let s = p.stages as usize;
+        let mut ring: Vec<Option<(u32, u32, u32)>> = vec![None; s];
+        let mut ld = at(b);
+        let mut cs = ld;
+        let (mut w, mut r) = (0usize, 0usize);
+        for _ in 1..s {
+            ring[w] = live(&ld).then(|| (ld.item, ld.kt, len(&ld)));
+            if live(&ld) {
+                advance(&mut ld);
+            }
+            w = (w + 1) % s;
+        }
+        while live(&cs) {
+            // The buffer refilled now was computed in the previous iteration.
+            assert_eq!((w + 1) % s, r, "block {b}: loader and compute out of step");
+            ring[w] = live(&ld).then(|| (ld.item, ld.kt, len(&ld)));
+            if live(&ld) {
+                advance(&mut ld);
+            }
+            w = (w + 1) % s;
+            let n = len(&cs);
+            assert!(n >= 1 && n <= p.stage_tiles);
+            assert_eq!(ring[r], Some((cs.item, cs.kt, n)), "block {b}: stage buffer holds another stage");
+            for j in 0..n {
+                seen[(cs.nt * p.k_tiles + cs.kt + j) as usize] += 1;
+            }
+            r = (r + 1) % s;
+            cs.kt += n;
+            if cs.kt == cs.kt_end {
+                cs = at(cs.item.saturating_add(p.grid));
+            }
+        }
+    }
+    seen
+}
+
+#[test]
+fn kernel_walk_computes_every_k_tile_once_from_the_stage_it_loaded() {
+    let mut n_plans = 0;
+    for sms in [132u32, 128, 7, 1] {
+        for (k, n) in [(8192usize, 72usize), (2080, 520), (96, 4100), (32, 130), (6400, 130), (8192, 28672)] {
+            for req in [Splits::Auto, Splits::Max, Splits::Fixed(1), Splits::Fixed(5), Splits::Fixed(7)] {
+                for slots in [2u32, 5, 11, geo::MAX_TILE_SLOTS] {
+                    let tile = TileConfig { m_blocks: 1, tile_n: 128, tile_slots: slots, blocks_per_sm: 2 };
+                    let base = splitk::plan(16, n, k, 4, sms, tile, req, LIMITS).unwrap();
+                    for kt in [None, Some(1), Some(2), Some(3), Some(4)] {
+                        let p = match kt {
+                            None => base,
+                            Some(kt) => match base.with_stage_tiles(kt, 4) {
+                                Ok(p) => p,
+                                Err(_) => continue,
+                            },
+                        };
+                        let seen = replay_kernel_walk(&p);
+                        assert!(seen.iter().all(|&c| c == 1), "K {k} N {n} sms {sms} {req:?} {p:?}");
+                        n_plans += 1;
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{n_plans} kernel walks replayed");
 }
 
 // ------------------------------------------------------------------ GPU
@@ -409,6 +569,8 @@ struct Case {
     bits: u32,
     splits: Splits,
     sms: Option<u32>,
+    /// Forced K tiles per stage (partial stages), `None` for the planner's.
+    stage_tiles: Option<u32>,
 }
 
 /// Quantized weight with its two references' weights.
@@ -451,10 +613,15 @@ fn check_case<T: Element>(ctx: &Context, rng: &mut SmallRng, c: &Case) {
     let p = prepare::<T>(ctx, rng, c.k, c.n, c.bits);
     let x: Vec<T> = common::uniform(rng, c.m * c.k);
     let xd = ctx.stream().clone_htod(&x).unwrap();
-    let opts = MmaOptions { splits: c.splits, sm_count_override: c.sms };
+    let opts = MmaOptions { splits: c.splits, sm_count_override: c.sms, stage_tiles: c.stage_tiles };
+    if let Err(e @ Error::SplitK { what: "stage_tiles", .. }) = ctx.mma_plan(T::DTYPE, c.m, &p.dev, opts) {
+        // Only where this GPU's shared memory holds fewer than two such stages.
+        eprintln!("M {} K {} N {} k={}: {e}; case skipped", c.m, c.k, c.n, c.bits);
+        return;
+    }
     let (y, plan) = run(ctx, &xd, c.m, &p.dev, opts);
     let what = format!(
-        "M {} K {} N {} k={} {:?} {:?} sms {:?} -> {} splits x {} K tiles, tile {}x{}, grid {}",
+        "M {} K {} N {} k={} {:?} {:?} sms {:?} KT {:?} -> {} splits x {} K tiles, tile {}x{}, grid {}, {} stages x {}",
         c.m,
         c.k,
         c.n,
@@ -462,12 +629,18 @@ fn check_case<T: Element>(ctx: &Context, rng: &mut SmallRng, c: &Case) {
         T::DTYPE,
         c.splits,
         c.sms,
+        c.stage_tiles,
         plan.splits,
         plan.tiles_per_split,
         16 * plan.tile.m_blocks,
         plan.tile.tile_n,
-        plan.grid
+        plan.grid,
+        plan.stages,
+        plan.stage_tiles
     );
+    if let Some(kt) = c.stage_tiles {
+        assert_eq!(plan.stage_tiles, kt, "{what}");
+    }
     if c.splits == Splits::Fixed(1) {
         assert_eq!(plan.splits, 1, "{what}");
     }
@@ -510,15 +683,38 @@ fn cases() -> Vec<(Case, bool)> {
         for splits in [Splits::Fixed(1), Splits::Max, Splits::Auto] {
             let bits = 2 + (i % 4) as u32;
             let bf16 = (i / 4 + i) % 2 == 1;
-            v.push((Case { m: MS[(i * 3) % MS.len()], k, n, bits, splits, sms: None }, bf16));
+            v.push((Case { m: MS[(i * 3) % MS.len()], k, n, bits, splits, sms: None, stage_tiles: None }, bf16));
             i += 1;
         }
     }
     // Other GPUs' SM counts: the plan changes, the results must not.
     for (j, sms) in [128u32, 132, 7, 1].into_iter().enumerate() {
         let bits = 2 + j as u32;
-        v.push((Case { m: MS[j * 3 % 10], k: 2048, n: 520, bits, splits: Splits::Auto, sms: Some(sms) }, j % 2 == 0));
-        v.push((Case { m: 16, k: 8192, n: 72, bits, splits: Splits::Max, sms: Some(sms) }, j % 2 == 1));
+        let sms = Some(sms);
+        v.push((
+            Case { m: MS[j * 3 % 10], k: 2048, n: 520, bits, splits: Splits::Auto, sms, stage_tiles: None },
+            j % 2 == 0,
+        ));
+        v.push((Case { m: 16, k: 8192, n: 72, bits, splits: Splits::Max, sms, stage_tiles: None }, j % 2 == 1));
+    }
+    // Forced stage shapes: split ranges that KT does not divide (partial last
+    // stages), KT above the item length (every stage partial), the zero half
+    // tile of K % 64 == 32 in a partial stage, items crossing in one block.
+    let forced = [
+        (13, 8192, 72, Splits::Fixed(5), None, 4),
+        (33, 8192, 200, Splits::Fixed(5), None, 3),
+        (64, 2048, 520, Splits::Fixed(7), None, 3),
+        (5, 96, 1024, Splits::Fixed(1), None, 4),
+        (17, 2080, 130, Splits::Fixed(1), None, 4),
+        (31, 2080, 520, Splits::Fixed(3), Some(7), 4),
+        (48, 4096, 4100, Splits::Auto, Some(128), 2),
+        (8, 2080, 72, Splits::Max, Some(132), 3),
+        (32, 6400, 130, Splits::Fixed(9), Some(1), 4),
+        (16, 8192, 1000, Splits::Auto, Some(132), 1),
+    ];
+    for (j, (m, k, n, splits, sms, kt)) in forced.into_iter().enumerate() {
+        let bits = 2 + (j % 4) as u32;
+        v.push((Case { m, k, n, bits, splits, sms, stage_tiles: Some(kt) }, j % 3 == 1));
     }
     v
 }
@@ -559,12 +755,13 @@ fn mma_gemm_is_deterministic_across_interleaved_plans() {
     let b = prepare::<f16>(&ctx, &mut rng, 2048, 200, 3);
     let xa = ctx.stream().clone_htod(&common::uniform::<f16>(&mut rng, 24 * 4096)).unwrap();
     let xb = ctx.stream().clone_htod(&common::uniform::<f16>(&mut rng, 9 * 2048)).unwrap();
-    let max = MmaOptions { splits: Splits::Max, sm_count_override: None };
+    let max = MmaOptions { splits: Splits::Max, ..MmaOptions::default() };
     let (ya, pa) = run(&ctx, &xa, 24, &a.dev, max);
     assert!(pa.splits > 1, "{pa:?}");
     let (yb, _) = run(&ctx, &xb, 9, &b.dev, max);
     for round in 0..5 {
-        for opts in [max, MmaOptions::default(), MmaOptions { splits: Splits::Fixed(3), sm_count_override: Some(5) }] {
+        let three_of_5 = MmaOptions { splits: Splits::Fixed(3), sm_count_override: Some(5), stage_tiles: Some(4) };
+        for opts in [max, MmaOptions::default(), three_of_5] {
             let (y2, _) = run(&ctx, &xb, 9, &b.dev, opts);
             if opts == max {
                 common::assert_bits_eq(&y2, &yb, &format!("b round {round}"));
@@ -607,12 +804,15 @@ fn mma_gemm_rejects_bad_arguments() {
     let mut y32 = ctx.stream().alloc_zeros::<f32>(8 * 64).unwrap();
     let e = ctx.mma_gemm(&x32, 8, &p.dev, &mut y32).unwrap_err();
     assert!(matches!(e, Error::Mismatch { .. }), "{e}");
-    let fixed0 = MmaOptions { splits: Splits::Fixed(0), sm_count_override: None };
+    let fixed0 = MmaOptions { splits: Splits::Fixed(0), ..MmaOptions::default() };
     let e = ctx.mma_gemm_with(&xs, 8, &p.dev, &mut y, fixed0).unwrap_err();
     assert!(matches!(e, Error::SplitK { what: "splits", .. }), "{e}");
-    let zero_sms = MmaOptions { splits: Splits::Auto, sm_count_override: Some(0) };
+    let zero_sms = MmaOptions { splits: Splits::Auto, sm_count_override: Some(0), ..MmaOptions::default() };
     let e = ctx.mma_gemm_with(&xs, 8, &p.dev, &mut y, zero_sms).unwrap_err();
     assert!(matches!(e, Error::SplitK { what: "sm_count", .. }), "{e}");
+    let kt5 = MmaOptions { stage_tiles: Some(5), ..MmaOptions::default() };
+    let e = ctx.mma_gemm_with(&xs, 8, &p.dev, &mut y, kt5).unwrap_err();
+    assert!(matches!(e, Error::SplitK { what: "stage_tiles", .. }), "{e}");
     // A valid call still works after the rejected ones, into an odd-offset
     // output view (16-bit stores) of an odd N.
     let q = prepare::<bf16>(&ctx, &mut rng, 96, 33, 5);

@@ -15,8 +15,17 @@
 //!           k <= 4: 4^k pair entries, k = 5: 2^k single entries, word e·32 + lane
 //! misc:     the split-K "last block" flag
 //! epilogue: 16·MB × TILE_N f32, K-half reduction in fragment order
-//! stage:    [ A: 16·MB rows × 128 B (XOR-swizzled) | W: plane words | S: scale bytes ]
+//! stage:    KT tile slots [ slot 0 | slot 1 | ... | slot KT-1 ], slot j holds
+//!           K tile kt + j of the stage (kt = the stage's first tile)
+//! slot:     [ A: 16·MB rows × 128 B (XOR-swizzled) | W: plane words | S: scale bytes ]
 //! ```
+//!
+//! A stage carries `KT` ([`MIN_STAGE_TILES`]..=[`MAX_STAGE_TILES`]) K tiles
+//! between two block barriers; the host chooses `KT` and the stage count `S`
+//! per launch so that `S · KT` slots fit the instance's shared memory
+//! (`smem_bytes(mb, nf, bits, S, KT)`). Offsets inside a slot
+//! ([`a_offset`], [`w_offset`], [`s_offset`]) do not depend on `KT`; slot
+//! `j` of a stage starts `j · tile_bytes` after the stage.
 
 /// Threads per block.
 pub const THREADS: u32 = 256;
@@ -26,6 +35,12 @@ pub const COL_GROUPS: u32 = 4;
 pub const MIN_STAGES: u32 = 2;
 /// Most pipeline stages (the kernel's wait-group switch covers this many).
 pub const MAX_STAGES: u32 = 12;
+/// Fewest K tiles per stage.
+pub const MIN_STAGE_TILES: u32 = 1;
+/// Most K tiles per stage (`KT`).
+pub const MAX_STAGE_TILES: u32 = 4;
+/// Most K-tile slots a launch uses: [`MAX_STAGES`] × [`MAX_STAGE_TILES`].
+pub const MAX_TILE_SLOTS: u32 = MAX_STAGES * MAX_STAGE_TILES;
 /// Largest M (rows of activations): 4 m16 blocks.
 pub const MAX_M: u32 = 64;
 /// Bytes of one activation row of a K tile (64 values of 2 bytes).
@@ -75,19 +90,19 @@ pub const fn stages_offset(mb: u32, nf: u32, bits: u32) -> u32 {
     epi_offset(bits) + epi_bytes(mb, nf)
 }
 
-/// Bytes of a stage's activation tile (16·MB rows of 64 values).
+/// Bytes of a slot's activation tile (16·MB rows of 64 values).
 #[inline(always)]
 pub const fn a_bytes(mb: u32) -> u32 {
     16 * mb * A_ROW_BYTES
 }
 
-/// 16-byte chunks of a stage's activation tile.
+/// 16-byte chunks of a slot's activation tile.
 #[inline(always)]
 pub const fn a_chunks(mb: u32) -> u32 {
     a_bytes(mb) / 16
 }
 
-/// 16-byte chunks of a stage's weight planes: TILE_N columns × 2 blocks × k
+/// 16-byte chunks of a slot's weight planes: TILE_N columns × 2 blocks × k
 /// words, plus one chunk when k is odd (the span may start 8 bytes into a
 /// chunk: see [`w_window`]).
 #[inline(always)]
@@ -95,35 +110,41 @@ pub const fn w_chunks(nf: u32, bits: u32) -> u32 {
     tile_n(nf) * bits / 2 + (bits & 1)
 }
 
-/// 16-byte chunks of a stage's scale bytes: TILE_N × 2 bytes plus one chunk
+/// 16-byte chunks of a slot's scale bytes: TILE_N × 2 bytes plus one chunk
 /// for a span that starts inside a chunk.
 #[inline(always)]
 pub const fn s_chunks(nf: u32) -> u32 {
     tile_n(nf) / 8 + 1
 }
 
-/// Offset of the weight planes inside a stage.
+/// Offset of the weight planes inside a slot.
 #[inline(always)]
 pub const fn w_offset(mb: u32) -> u32 {
     a_bytes(mb)
 }
 
-/// Offset of the scale bytes inside a stage.
+/// Offset of the scale bytes inside a slot.
 #[inline(always)]
 pub const fn s_offset(mb: u32, nf: u32, bits: u32) -> u32 {
     a_bytes(mb) + 16 * w_chunks(nf, bits)
 }
 
-/// Bytes of one pipeline stage.
+/// Bytes of one K-tile slot (a multiple of 16).
 #[inline(always)]
-pub const fn stage_bytes(mb: u32, nf: u32, bits: u32) -> u32 {
+pub const fn tile_bytes(mb: u32, nf: u32, bits: u32) -> u32 {
     s_offset(mb, nf, bits) + 16 * s_chunks(nf)
 }
 
-/// Dynamic shared memory of a launch with `stages` stages.
+/// Bytes of one pipeline stage of `kt` K tiles.
 #[inline(always)]
-pub const fn smem_bytes(mb: u32, nf: u32, bits: u32, stages: u32) -> u32 {
-    stages_offset(mb, nf, bits) + stages * stage_bytes(mb, nf, bits)
+pub const fn stage_bytes(mb: u32, nf: u32, bits: u32, kt: u32) -> u32 {
+    kt * tile_bytes(mb, nf, bits)
+}
+
+/// Dynamic shared memory of a launch with `stages` stages of `kt` K tiles.
+#[inline(always)]
+pub const fn smem_bytes(mb: u32, nf: u32, bits: u32, stages: u32, kt: u32) -> u32 {
+    stages_offset(mb, nf, bits) + stages * stage_bytes(mb, nf, bits, kt)
 }
 
 /// f32 values of one split's partial tile in the split-K workspace.
@@ -132,7 +153,7 @@ pub const fn slot_f32(mb: u32, nf: u32) -> u32 {
     16 * mb * tile_n(nf)
 }
 
-/// Byte offset of activation (row, 16-byte chunk) in a stage's A tile: rows
+/// Byte offset of activation (row, 16-byte chunk) in a slot's A tile: rows
 /// of 128 bytes, chunk `c` stored at `c ^ (row % 8)`, so the 8 rows an
 /// `ldmatrix` phase reads (and the rows a warp's `cp.async` writes) fall in
 /// distinct bank groups.

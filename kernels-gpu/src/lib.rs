@@ -100,10 +100,11 @@ macro_rules! mma_entries {
         pub unsafe extern "ptx-kernel" fn $name(
             x: *const u16, packed: *const u32, scales: *const u8, cb: *const f32, y: *mut u16,
             ws: *mut f32, counters: *mut u32, m: u32, n: u32, k: u32, k_tiles: u32, splits: u32,
-            tiles_per_split: u32, items: u32, stages: u32, flags: u32,
+            tiles_per_split: u32, items: u32, stages: u32, stage_tiles: u32, flags: u32,
         ) {
             let a = mma::Args {
-                x, packed, scales, cb, y, ws, counters, m, n, k, k_tiles, splits, tiles_per_split, items, stages, flags,
+                x, packed, scales, cb, y, ws, counters, m, n, k, k_tiles, splits, tiles_per_split, items, stages,
+                stage_tiles, flags,
             };
             unsafe { mma::run::<$k, $mb, $nf, $t>(&a) }
         }

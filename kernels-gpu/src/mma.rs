@@ -6,8 +6,10 @@
 //! # Block tile and thread maps
 //!
 //! 256 threads = 8 warps; a block computes 16·MB rows (all of M: rows ≥ M
-//! are zero-filled) × TILE_N = 32·NF columns, one 64-wide K tile per stage.
-//! Warp w: K half `kh = w / 4` (quant block h of the tile, k16 steps 2kh and
+//! are zero-filled) × TILE_N = 32·NF columns, KT 64-wide K tiles per
+//! pipeline stage (KT = 1, 2 or 4, chosen by the host per launch: with
+//! KT·TILE_N = 256 every thread dequantizes 64 weights between barriers).
+//! For each K tile, warp w: K half `kh = w / 4` (quant block h of the tile, k16 steps 2kh and
 //! 2kh+1), column group `cg = w % 4` (8·NF columns). Lane l, g = l / 4,
 //! t = l % 4 (`kbit_format::mma` holds these maps as functions, unit-tested
 //! on the CPU):
@@ -21,7 +23,9 @@
 //!
 //! # Shared memory (offsets in `kbit_format::mma`)
 //!
-//! `[table | misc | epilogue | stage 0 .. stage S-1]`. Per stage:
+//! `[table | misc | epilogue | stage 0 .. stage S-1]`; a stage is KT slots
+//! of `tile_bytes` each, slot j holding K tile `kt + j` of the stage (its
+//! first tile `kt`). Per slot:
 //! - A: 16·MB rows × 128 bytes; 16-byte chunk c of row r at
 //!   `r·128 + 16·(c ^ (r % 8))` (XOR swizzle: the 8 rows of an ldmatrix
 //!   phase hit 8 distinct bank groups, as do a warp's cp.async writes).
@@ -38,14 +42,24 @@
 //! # Pipeline
 //!
 //! The block walks its work items (persistent grid: items b, b + grid, …)
-//! as one stream of K tiles; a loader cursor runs S−1 tiles ahead of the
+//! as one stream of stages. A stage holds the next `len = min(KT, kt_end −
+//! kt)` K tiles `kt .. kt + len` of one item, never two items: an item of
+//! `t` tiles takes `ceil(t / KT)` stages, the last one partial when KT does
+//! not divide `t` (its unused slots are neither copied nor read). Both
+//! cursors derive `len` from the same (item, kt), so the loader and the
+//! compute agree stage by stage, and each item's K tiles are computed
+//! exactly once, in order. The loader cursor runs S−1 stages ahead of the
 //! compute cursor, across item boundaries. Each iteration: wait until
-//! ≤ S−2 copy groups are pending (the current tile has landed), barrier
-//! (everyone finished the previous tile, whose buffer is refilled next),
-//! issue the copies of tile i+S−1, commit (always, so group counting holds),
-//! compute tile i. (Weights carry no L2 evict-first policy: on sm_90 the
-//! driver's JIT turned `cp.async` with both a src-size and a cache-policy
-//! operand into an illegal instruction.)
+//! ≤ S−2 copy groups are pending (the current stage has landed), barrier
+//! (everyone finished the previous stage, whose buffer is refilled next),
+//! issue the copies of stage i+S−1, commit (always, so group counting
+//! holds), compute the `len` tiles of stage i slot by slot. The copies of a
+//! stage are spread over all 256 threads: chunk c (16 bytes) of the stage's
+//! A (likewise W, S) part is chunk `c % C` of slot `c / C`, with C the
+//! chunks per slot (a constant, so the division is a multiply). (Weights
+//! carry no L2 evict-first policy: on sm_90 the driver's JIT turned
+//! `cp.async` with both a src-size and a cache-policy operand into an
+//! illegal instruction.)
 //!
 //! # Split-K protocol
 //!
@@ -129,8 +143,10 @@ pub struct Args {
     pub tiles_per_split: u32,
     /// n tiles × splits.
     pub items: u32,
-    /// Pipeline stages (2..=8), matching the launch's shared memory.
+    /// Pipeline stages (2..=12), matching the launch's shared memory.
     pub stages: u32,
+    /// K tiles per stage, KT (1..=4), matching the launch's shared memory.
+    pub stage_tiles: u32,
     /// Bit 0: y may be written as 32-bit pairs (N even and y 4-aligned).
     pub flags: u32,
 }
@@ -156,6 +172,8 @@ struct Sched {
     items: u32,
     tile_n: u32,
     grid: u32,
+    /// K tiles per stage (≥ 1).
+    kt: u32,
 }
 
 impl Cursor {
@@ -173,10 +191,17 @@ impl Cursor {
         self.item < s.items
     }
 
-    /// Next K tile; past the item's last, the block's next item.
+    /// K tiles of the stage that starts at `kt`: `min(KT, kt_end − kt)`,
+    /// at least 1 while the cursor is live (items are never empty).
+    #[inline(always)]
+    fn stage_len(&self, s: &Sched) -> u32 {
+        self.kt_end.saturating_sub(self.kt).min(s.kt)
+    }
+
+    /// Next stage; past the item's last tile, the block's next item.
     #[inline(always)]
     fn advance(&mut self, s: &Sched) {
-        self.kt += 1;
+        self.kt += self.stage_len(s);
         if self.kt == self.kt_end {
             *self = Self::at(self.item.saturating_add(s.grid), s);
         }
@@ -187,7 +212,7 @@ impl Cursor {
 ///
 /// # Safety
 /// The host validated every pointer and size in `a` (see [`Args`]); the
-/// launch has 256 threads, `smem_bytes(MB, NF, K, stages)` bytes of dynamic
+/// launch has 256 threads, `smem_bytes(MB, NF, K, stages, stage_tiles)` bytes of dynamic
 /// shared memory and at most `items` blocks.
 #[inline(always)]
 pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(a: &Args) {
@@ -197,7 +222,9 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
     let smem = ptx::smem_base();
     let tbl = smem;
     let st0 = smem + geo::stages_offset(mbu, nfu, kb);
-    let stb = geo::stage_bytes(mbu, nfu, kb);
+    let tb = geo::tile_bytes(mbu, nfu, kb);
+    let kt_stage = a.stage_tiles.max(1);
+    let stb = kt_stage * tb;
     let st_end = st0 + a.stages * stb;
     let next = |b: u32| if b + stb == st_end { st0 } else { b + stb };
 
@@ -212,16 +239,17 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
         items: a.items,
         tile_n: geo::tile_n(nfu),
         grid: ptx::grid_dim(),
+        kt: kt_stage,
     };
 
     let mut ld = Cursor::at(ptx::bid(), &s);
     let mut cs = ld;
     let (mut buf_w, mut buf_r) = (st0, st0);
 
-    // Prologue: the first S−1 tiles, one commit group each.
+    // Prologue: the first S−1 stages, one commit group each.
     for _ in 1..a.stages {
         if ld.live(&s) {
-            unsafe { issue::<K, MB, NF>(a, &ld, buf_w, tid) };
+            unsafe { issue::<K, MB, NF>(a, &ld, ld.stage_len(&s), buf_w, tid) };
             ld.advance(&s);
         }
         ptx::cp_async_commit();
@@ -233,16 +261,22 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
         ptx::cp_async_wait_dyn(a.stages - 2);
         ptx::bar_sync();
         if ld.live(&s) {
-            unsafe { issue::<K, MB, NF>(a, &ld, buf_w, tid) };
+            unsafe { issue::<K, MB, NF>(a, &ld, ld.stage_len(&s), buf_w, tid) };
             ld.advance(&s);
         }
         ptx::cp_async_commit();
         buf_w = next(buf_w);
 
-        unsafe { compute::<K, MB, NF, T>(a, &cs, buf_r, tbl, tid, &mut acc) };
+        // The stage's tiles, slot by slot (a block-uniform trip count).
+        let len = cs.stage_len(&s);
+        let mut slot = buf_r;
+        for j in 0..len {
+            unsafe { compute::<K, MB, NF, T>(a, cs.kt + j, cs.n0, slot, tbl, tid, &mut acc) };
+            slot += tb;
+        }
         buf_r = next(buf_r);
 
-        cs.kt += 1;
+        cs.kt += len;
         if cs.kt == cs.kt_end {
             unsafe { epilogue::<K, MB, NF, T>(a, &cs, &s, smem, tid, &acc) };
             acc = [[[0f32; 4]; NF]; MB];
@@ -252,54 +286,67 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
     ptx::cp_async_wait::<0>();
 }
 
-/// Issues the copies of one K tile (activations, planes, scales) into the
-/// stage at `buf`. Not committed here.
+/// Issues the copies of the `len` K tiles `c.kt ..` (activations, planes,
+/// scales) of one stage into its slots at `buf`. Chunk `i` of a part (A, W
+/// or S) is chunk `i % C` of slot `i / C`, `C` the part's chunks per slot;
+/// the 256 threads take chunks `tid, tid + 256, …`. Not committed here.
 #[inline(always)]
-unsafe fn issue<const K: usize, const MB: usize, const NF: usize>(a: &Args, c: &Cursor, buf: u32, tid: u32) {
+unsafe fn issue<const K: usize, const MB: usize, const NF: usize>(a: &Args, c: &Cursor, len: u32, buf: u32, tid: u32) {
     let (kb, mbu, nfu) = (K as u32, MB as u32, NF as u32);
-    let kt = c.kt as u64;
+    let tb = geo::tile_bytes(mbu, nfu, kb);
     // Activations: 8 chunks of 16 bytes per row, rows ≥ M and columns ≥ K zero.
     let a_chunks = geo::a_chunks(mbu);
-    for r in 0..MB.div_ceil(2) as u32 {
-        let ch = tid + geo::THREADS * r;
-        if ch < a_chunks {
-            let (row, cc) = (ch >> 3, ch & 7);
-            let col = kt * TILE_K as u64 + 8 * cc as u64;
-            let ok = row < a.m && col < a.k as u64;
-            let src = if ok { unsafe { a.x.add((row as u64 * a.k as u64 + col) as usize) } } else { a.x };
-            unsafe { ptx::cp_async_16_zfill(buf + geo::a_offset(row, cc), src as *const u8, if ok { 16 } else { 0 }) };
-        }
+    let mut i = tid;
+    while i < len * a_chunks {
+        let j = i / a_chunks;
+        let ch = i - j * a_chunks;
+        let (row, cc) = (ch >> 3, ch & 7);
+        let col = (c.kt + j) as u64 * TILE_K as u64 + 8 * cc as u64;
+        let ok = row < a.m && col < a.k as u64;
+        let src = if ok { unsafe { a.x.add((row as u64 * a.k as u64 + col) as usize) } } else { a.x };
+        let dst = buf + j * tb + geo::a_offset(row, cc);
+        unsafe { ptx::cp_async_16_zfill(dst, src as *const u8, if ok { 16 } else { 0 }) };
+        i += geo::THREADS;
     }
-    // Weight planes: the tile's column span, from the 16-byte boundary below it.
+    // Weight planes: each tile's column span, from the 16-byte boundary below it.
     let (n, n0, nv) = (a.n as u64, c.n0 as u64, c.n_valid as u64);
-    let (w0, _, wend) = geo::w_window(n, kt, n0, nv, K as u64);
     let w_chunks = geo::w_chunks(nfu, kb);
-    let wdst = buf + geo::w_offset(mbu);
     let packed = a.packed as *const u8;
-    for r in 0..w_chunks.div_ceil(geo::THREADS) {
-        let ch = tid + geo::THREADS * r;
-        if ch < w_chunks {
-            let ga = w0 + 16 * ch as u64;
-            let bytes = if wend > ga { (wend - ga).min(16) as u32 } else { 0 };
-            let src = if bytes > 0 { unsafe { packed.add(ga as usize) } } else { packed };
-            unsafe { ptx::cp_async_16_zfill(wdst + 16 * ch, src, bytes) };
-        }
+    let mut i = tid;
+    while i < len * w_chunks {
+        let j = i / w_chunks;
+        let ch = i - j * w_chunks;
+        let (w0, _, wend) = geo::w_window(n, (c.kt + j) as u64, n0, nv, K as u64);
+        let ga = w0 + 16 * ch as u64;
+        let bytes = if wend > ga { (wend - ga).min(16) as u32 } else { 0 };
+        let src = if bytes > 0 { unsafe { packed.add(ga as usize) } } else { packed };
+        let dst = buf + j * tb + geo::w_offset(mbu) + 16 * ch;
+        unsafe { ptx::cp_async_16_zfill(dst, src, bytes) };
+        i += geo::THREADS;
     }
-    // Scale bytes, likewise (at most TILE_N/8 + 1 chunks: one per thread).
-    let (s0, _, send) = geo::s_window(n, kt, n0, nv);
-    if tid < geo::s_chunks(nfu) {
-        let ga = s0 + 16 * tid as u64;
+    // Scale bytes, likewise (TILE_N/8 + 1 chunks per tile).
+    let s_chunks = geo::s_chunks(nfu);
+    let mut i = tid;
+    while i < len * s_chunks {
+        let j = i / s_chunks;
+        let ch = i - j * s_chunks;
+        let (s0, _, send) = geo::s_window(n, (c.kt + j) as u64, n0, nv);
+        let ga = s0 + 16 * ch as u64;
         let bytes = if send > ga { (send - ga).min(16) as u32 } else { 0 };
         let src = if bytes > 0 { unsafe { a.scales.add(ga as usize) } } else { a.scales };
-        unsafe { ptx::cp_async_16_zfill(buf + geo::s_offset(mbu, nfu, kb) + 16 * tid, src, bytes) };
+        let dst = buf + j * tb + geo::s_offset(mbu, nfu, kb) + 16 * ch;
+        unsafe { ptx::cp_async_16_zfill(dst, src, bytes) };
+        i += geo::THREADS;
     }
 }
 
-/// Multiplies the staged K tile at `buf` into the accumulators.
+/// Multiplies K tile `kt` of the n tile at column `n0`, staged in the slot
+/// at `buf`, into the accumulators.
 #[inline(always)]
 unsafe fn compute<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
     a: &Args,
-    c: &Cursor,
+    kt: u32,
+    n0: u32,
     buf: u32,
     tbl: u32,
     tid: u32,
@@ -310,7 +357,7 @@ unsafe fn compute<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
     let warp = tid >> 5;
     let kh = geo::warp_k_half(warp);
     let cg = geo::warp_col_group(warp);
-    let (off_w, off_s) = geo::window_offsets(a.n, c.kt, c.n0, kb);
+    let (off_w, off_s) = geo::window_offsets(a.n, kt, n0, kb);
     let w_base = buf + geo::w_offset(mbu) + off_w + 4 * kb * kh;
     let s_base = buf + geo::s_offset(mbu, nfu, kb) + off_s + kh;
 
