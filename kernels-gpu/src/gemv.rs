@@ -13,9 +13,12 @@
 //! so for one tile and group the warp reads one contiguous span of `32·k`
 //! words and the lane's block starts `l·k` words into it (k = 4: one
 //! 16-byte load per lane, 512 contiguous bytes per warp), plus its scale
-//! byte (32 contiguous bytes). Loads run two tiles ahead of the math (three
-//! register buffers used in turn, the loop unrolled by three), evict-first in
-//! L1 and L2: nothing of the weights is read twice.
+//! byte (32 contiguous bytes). Loads run three tiles ahead of the math (four
+//! register buffers used in turn, the loop unrolled by four), evict-first in
+//! L1 and L2: nothing of the weights is read twice. The dense grid is
+//! persistent (one round of resident blocks, each walking column blocks
+//! `b, b + grid, …`) and a lane's loads form one stream across its column
+//! blocks, so the pipeline does not drain between them.
 //!
 //! # Activations and decode
 //!
@@ -59,6 +62,12 @@ use kbit_format::{e4m4, tile};
 
 /// Column groups per block.
 const G: usize = g::COL_GROUPS as usize;
+
+/// Tile buffers per lane (loads run `D − 1` tiles ahead): 4, or 3 where
+/// four would push an instance past 128 registers (k = 5 with M ≥ 2).
+const fn depth(m: usize, k: usize) -> usize {
+    if k == 5 && m >= 2 { 3 } else { 4 }
+}
 
 /// One K tile of a lane: its quant block in each column group (planes and
 /// E4M4 scale byte).
@@ -422,6 +431,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     let lane = t & 31;
     let warp = t >> 5;
     let n_dim = n_dim as u64;
+    let d = depth(M, K);
     let k_tiles = (k_dim >> 6) + (k_dim & 63 != 0) as u32;
     let n_iter = (k_tiles + geo.warps() - 1) >> geo.log_warps;
     let chunk_mask = geo.chunk() - 1;
@@ -442,8 +452,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
         let first_col = cb as u64 * g::BLOCK_COLS as u64;
         Cursor::new::<K>(packed, scales, n_dim, first_col, lane as u64, warp as u64, geo.warps() as u64)
     };
-    // Loads run two steps ahead of the math, into three buffers used in
-    // turn (no register moves); past the block's last item nothing is valid.
+    // The load stream; past the block's last item nothing is valid.
     let valid_of = |item: u32, cb: u32| if item < items.count { valid_groups(cb, lane, n_dim) } else { 0 };
     let mut ahead = Fetch { cursor: cursor_of(items.first), i: 0, item: 0, cb: items.first, valid: 0 };
     ahead.valid = valid_of(0, items.first);
@@ -461,21 +470,30 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
             ahead.valid = valid_of(ahead.item, ahead.cb);
         }
     };
-    let (mut ua, mut ub, mut uc) = (Unit::<K>::ZERO, Unit::<K>::ZERO, Unit::<K>::ZERO);
-    fetch(&mut ua);
-    fetch(&mut ub);
-    unsafe { build_table::<K>(cb, base) };
+    let mut u = [Unit::<K>::ZERO; 4];
+    fetch(&mut u[0]);
+    fetch(&mut u[1]);
+    if d == 4 {
+        fetch(&mut u[2]);
+    }
+    // The table and the first chunk of activations load side by side; the
+    // first step's barrier publishes both.
+    unsafe {
+        build_table::<K>(cb, base);
+        stage_x::<M, T>(x, k_dim, rows, 0, geo.chunk() << geo.log_warps, xs);
+    }
+    ptx::bar_sync();
 
     let mut acc = [[0f32; M]; G];
     let (mut i, mut item) = (0u32, 0u32);
-    // One step: stage activations when a chunk starts, tile i of the
-    // current item, and the item's epilogue after its last tile.
+    // One step: stage activations when a chunk starts (except the first,
+    // staged above), tile i of the current item, and the item's epilogue
+    // after its last tile.
     macro_rules! step {
         ($u:expr) => {{
-            if i & chunk_mask == 0 {
-                // Everyone is done with the previous chunk (and the table is
-                // written, the last epilogue read); stage the next R·W
-                // tiles; publish.
+            if i & chunk_mask == 0 && (i | item) != 0 {
+                // Everyone is done with the previous chunk (and the last
+                // epilogue's reads); stage the next R·W tiles; publish.
                 ptx::bar_sync();
                 unsafe { stage_x::<M, T>(x, k_dim, rows, i << geo.log_warps, geo.chunk() << geo.log_warps, xs) };
                 ptx::bar_sync();
@@ -494,19 +512,32 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
             }
         }};
     }
+    // `d` buffers used in turn (constant indices: they stay in registers),
+    // loads `d − 1` steps ahead of the math.
     while item < items.count {
-        fetch(&mut uc);
-        step!(ua);
+        if d == 4 {
+            fetch(&mut u[3]);
+        } else {
+            fetch(&mut u[2]);
+        }
+        step!(u[0]);
         if item >= items.count {
             break;
         }
-        fetch(&mut ua);
-        step!(ub);
+        fetch(&mut u[0]);
+        step!(u[1]);
         if item >= items.count {
             break;
         }
-        fetch(&mut ub);
-        step!(uc);
+        fetch(&mut u[1]);
+        step!(u[2]);
+        if d == 4 {
+            if item >= items.count {
+                break;
+            }
+            fetch(&mut u[2]);
+            step!(u[3]);
+        }
     }
 }
 
