@@ -91,14 +91,17 @@ pub(crate) struct GemvPlan {
 
 impl GemvPlan {
     /// Plans `m` rows against a `shape` weight of `bits` bits for an
-    /// instance whose largest block is `max_threads` (its register use).
+    /// instance whose largest block is `max_threads` (its register use), on
+    /// a device with `smem_per_sm` bytes of shared memory per SM.
     ///
     /// `W` is [`g::warps`] of K, never anything else (it fixes the
     /// summation order); an instance too large for it is an error. The
-    /// staging chunk `R` (loop iterations, `R·W` tiles) holds about 64
-    /// (tile, row) pairs of activations, at least one iteration's `W` tiles
-    /// and at most the whole of K.
-    pub fn new(shape: Shape, bits: u32, m: usize, max_threads: u32) -> Result<Self> {
+    /// staging chunk `R` (loop iterations, `R·W` tiles) is all of K when
+    /// two blocks with 2-stage rings still share an SM (then the
+    /// activations are staged once per block), else halved down to about 64
+    /// (tile, row) pairs. The weight rings then get the most stages (8, 4
+    /// or 2) that keep two blocks on an SM, at least 2.
+    pub fn new(shape: Shape, bits: u32, m: usize, max_threads: u32, smem_per_sm: usize) -> Result<Self> {
         let w = g::warps(shape.k);
         if 32 * w > max_threads {
             return Err(Error::NotApplicable {
@@ -107,9 +110,23 @@ impl GemvPlan {
             });
         }
         let n_iter = kbit_format::tile::k_tiles(shape.k).div_ceil(w as usize) as u32;
+        let geo = |chunk: u32, stages: u32| Geometry {
+            log_warps: w.ilog2(),
+            log_chunk: chunk.ilog2(),
+            log_stages: stages.ilog2(),
+        };
+        // The driver reserves 1 KB of shared memory per block.
+        let two_fit = |chunk: u32, stages: u32| {
+            2 * (geo(chunk, stages).smem_bytes(bits, m as u32) as usize + 1024) <= smem_per_sm
+        };
         let per_chunk = (64 / (w * m as u32)).max(1);
-        let chunk = (1u32 << per_chunk.ilog2()).min(n_iter.next_power_of_two());
-        let geometry = Geometry { log_warps: w.ilog2(), log_chunk: chunk.ilog2() };
+        let least = (1u32 << per_chunk.ilog2()).min(n_iter.next_power_of_two());
+        let mut chunk = n_iter.next_power_of_two();
+        while chunk > least && !two_fit(chunk, 2) {
+            chunk /= 2;
+        }
+        let stages = [8, 4].into_iter().find(|&s| two_fit(chunk, s)).unwrap_or(2);
+        let geometry = geo(chunk, stages);
         Ok(Self {
             geometry,
             col_blocks: shape.n.div_ceil(g::BLOCK_COLS as usize) as u32,
@@ -179,7 +196,7 @@ impl Context {
         }
         let bits = w.bits();
         let (f, max_threads) = self.kernels.gemv.get(false, m, bits, dtype);
-        let plan = GemvPlan::new(shape, bits, m, max_threads)?;
+        let plan = GemvPlan::new(shape, bits, m, max_threads, self.info().max_smem_per_sm)?;
         self.check_smem(&plan, names::gemv(false, m, bits, dtype))?;
         let s = self.stream();
         let (yp, _guard) = y.device_ptr_mut(s);
@@ -270,7 +287,7 @@ impl Context {
         }
         let bits = experts.bits();
         let (f, max_threads) = self.kernels.gemv.get(true, max_m, bits, dtype);
-        let plan = GemvPlan::new(shape, bits, max_m, max_threads)?;
+        let plan = GemvPlan::new(shape, bits, max_m, max_threads, self.info().max_smem_per_sm)?;
         self.check_smem(&plan, names::gemv(true, max_m, bits, dtype))?;
         let blocks = total_rows as u64 * plan.col_blocks as u64;
         if blocks > i32::MAX as u64 || num_experts >= u32::MAX as usize {
@@ -320,7 +337,8 @@ mod tests {
     use super::*;
 
     /// Every plan is a valid launch: a whole number of warps, at most 512
-    /// threads, shared memory within 66 KB, W fixed by K alone.
+    /// threads, shared memory within an sm_89 or sm_90 block, W fixed by K
+    /// alone, at least two ring stages.
     #[test]
     fn plans_are_valid_launches() {
         let ns = [1usize, 7, 129, 512, 2048, 4096, 4100, 5120, 14336, 28672];
@@ -330,19 +348,27 @@ mod tests {
                 let shape = Shape::new(n, k).unwrap();
                 for bits in 2..=5 {
                     for m in 1..=GEMV_MAX_M {
-                        let p = GemvPlan::new(shape, bits, m, 512).unwrap();
-                        let geo = p.geometry;
-                        assert_eq!(geo.warps(), g::warps(k), "{n}x{k}");
-                        assert!(geo.threads() <= 512, "{geo:?}");
-                        assert_eq!(p.col_blocks as usize, n.div_ceil(32));
-                        assert!(p.smem_bytes <= 66048, "{n}x{k} k={bits} m={m}: {} bytes", p.smem_bytes);
-                        assert_eq!(Geometry::unpack(geo.pack()), geo);
+                        // sm_90 (228 KB per SM, 227 KB per block) and sm_89 (100 KB, 99 KB).
+                        for (per_sm, per_block) in [(233472usize, 232448usize), (102400, 101376)] {
+                            let p = GemvPlan::new(shape, bits, m, 512, per_sm).unwrap();
+                            let geo = p.geometry;
+                            assert_eq!(geo.warps(), g::warps(k), "{n}x{k}");
+                            assert!(geo.threads() <= 512, "{geo:?}");
+                            assert!(geo.stages() >= 2, "{geo:?}");
+                            assert_eq!(p.col_blocks as usize, n.div_ceil(32));
+                            assert!(
+                                p.smem_bytes as usize <= per_block,
+                                "{n}x{k} k={bits} m={m}: {} bytes",
+                                p.smem_bytes
+                            );
+                            assert_eq!(Geometry::unpack(geo.pack()), geo);
+                        }
                     }
                 }
             }
         }
         // An instance that cannot hold W warps is refused, not launched smaller.
-        assert!(GemvPlan::new(Shape::new(4096, 8192).unwrap(), 4, 1, 256).is_err());
+        assert!(GemvPlan::new(Shape::new(4096, 8192).unwrap(), 4, 1, 256, 233472).is_err());
     }
 
     #[test]

@@ -211,6 +211,22 @@ pub const fn warps(k: usize) -> u32 {
     w
 }
 
+/// Bytes of one stage of a warp's weight ring at bit width `bits`: the
+/// block's plane span of one K tile (`64·k` words, `16k` chunks of 16
+/// bytes) plus one chunk of alignment slack, then its 64 scale bytes plus
+/// one chunk of slack (both are copied from the 16-byte boundary at or
+/// below their start).
+#[inline(always)]
+pub const fn stage_bytes(bits: u32) -> u32 {
+    (16 * bits + 1 + 5) * 16
+}
+
+/// Offset of the scale bytes inside a stage.
+#[inline(always)]
+pub const fn stage_scales(bits: u32) -> u32 {
+    (16 * bits + 1) * 16
+}
+
 /// Launch geometry of one GEMV call, as log2 values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
@@ -218,6 +234,8 @@ pub struct Geometry {
     pub log_warps: u32,
     /// log2 of the loop iterations whose activations are staged at once (`R`).
     pub log_chunk: u32,
+    /// log2 of the stages of each warp's weight ring (`S`, at least 2).
+    pub log_stages: u32,
 }
 
 impl Geometry {
@@ -229,25 +247,35 @@ impl Geometry {
     pub const fn chunk(&self) -> u32 {
         1 << self.log_chunk
     }
+    /// Stages of each warp's weight ring.
+    pub const fn stages(&self) -> u32 {
+        1 << self.log_stages
+    }
     /// Threads per block.
     pub const fn threads(&self) -> u32 {
         32 * self.warps()
     }
-    /// The one `u32` kernel argument: `log_warps | log_chunk << 8`.
+    /// The one `u32` kernel argument: `log_warps | log_chunk << 8 | log_stages << 16`.
     pub const fn pack(&self) -> u32 {
-        self.log_warps | self.log_chunk << 8
+        self.log_warps | self.log_chunk << 8 | self.log_stages << 16
     }
     /// Inverse of [`Geometry::pack`].
     #[inline(always)]
     pub const fn unpack(g: u32) -> Self {
-        Self { log_warps: g & 0xFF, log_chunk: (g >> 8) & 0xFF }
+        Self { log_warps: g & 0xFF, log_chunk: (g >> 8) & 0xFF, log_stages: (g >> 16) & 0xFF }
     }
-    /// Dynamic shared memory in bytes for `m` rows at bit width `bits`: the
-    /// decode table, then the staged activations (`R·W` tiles), whose space
-    /// the final slot reduction (`W·M·BLOCK_COLS` floats) reuses.
-    pub const fn smem_bytes(&self, bits: u32, m: u32) -> u32 {
+    /// Bytes before the weight rings: the decode table, then the staged
+    /// activations (`R·W` tiles), whose space the final slot reduction
+    /// (`W·M·BLOCK_COLS` floats) reuses.
+    pub const fn ring_offset(&self, bits: u32, m: u32) -> u32 {
         let x = self.chunk() * self.warps() * x_tile_floats(m) * 4;
         let red = self.warps() * m * BLOCK_COLS * 4;
         table_bytes(bits) + if x > red { x } else { red }
+    }
+    /// Dynamic shared memory in bytes for `m` rows at bit width `bits`:
+    /// [`Geometry::ring_offset`], then `W` rings of `S` stages
+    /// ([`stage_bytes`]).
+    pub const fn smem_bytes(&self, bits: u32, m: u32) -> u32 {
+        self.ring_offset(bits, m) + self.warps() * self.stages() * stage_bytes(bits)
     }
 }

@@ -22,7 +22,8 @@
 //!
 //! # Activations and decode
 //!
-//! `x` for `R·W` consecutive tiles is staged in shared memory as f32
+//! `x` for `R·W` consecutive tiles (all of K when it fits: then once per
+//! block) is staged in shared memory as f32
 //! (`[tile][row][h][36]`: the 4 floats of padding put the two halves a warp
 //! reads at once in different banks); lanes read it with broadcast 16-byte
 //! loads, 8 activations of all M rows at a time, and use them for both
@@ -55,7 +56,6 @@
 
 use crate::elem::{Bf16, Elem, F16};
 use crate::ptx;
-use crate::tile_io::{Streamed, load_planes_with};
 use core::num::NonZeroU32;
 use kbit_format::gemv::{self as g, Geometry};
 use kbit_format::{e4m4, tile};
@@ -63,85 +63,87 @@ use kbit_format::{e4m4, tile};
 /// Column groups per block.
 const G: usize = g::COL_GROUPS as usize;
 
-/// Tile buffers per lane (loads run `D − 1` tiles ahead): 4, or 3 where
-/// four would push an instance past 128 registers (k = 5 with M ≥ 2).
-const fn depth(m: usize, k: usize) -> usize {
-    if k == 5 && m >= 2 { 3 } else { 4 }
-}
-
 /// One K tile of a lane: its quant block in each column group (planes and
-/// E4M4 scale byte).
+/// E4M4 scale byte), read from the warp's ring.
 #[derive(Clone, Copy)]
 struct Unit<const K: usize> {
     planes: [[u32; K]; G],
     scales: [u32; G],
 }
 
-impl<const K: usize> Unit<K> {
-    const ZERO: Self = Self { planes: [[0; K]; G], scales: [0; G] };
+/// Global byte addresses of the spans of K tile `kt`, columns `first_col ..
+/// first_col + 32`: the plane words (quant blocks `2·(kt·N + first_col) ..`,
+/// `64·k` words) and the scale bytes (64 from the same block index).
+#[inline(always)]
+fn spans<const K: usize>(packed: *const u32, scales: *const u8, n_dim: u64, kt: u64, first_col: u64) -> (u64, u64) {
+    let block = 2 * (kt * n_dim + first_col);
+    (packed as u64 + 4 * K as u64 * block, scales as u64 + block)
 }
 
-/// Where a lane's next K tile lies, and how far the following one
-/// (`kt + W`) is.
-#[derive(Clone, Copy)]
-struct Cursor {
-    words: *const u32,
-    scales: *const u8,
-    word_step: usize,
-    scale_step: usize,
+/// Issues the copies of one K tile's spans (see [`spans`]) into the ring
+/// stage at shared address `dst`: each span from the 16-byte boundary at
+/// or below its start (`16k + 1` chunks of planes, 5 of scales), bytes at
+/// or past `words_end` / `scales_end` zero-filled and never read. The
+/// caller commits the group.
+///
+/// # Safety
+/// `dst` is a stage of [`g::stage_bytes`]; everything between the aligned
+/// starts and the ends is readable global memory.
+#[inline(always)]
+unsafe fn copy_tile<const K: usize>(spans: (u64, u64), words_end: u64, scales_end: u64, lane: u32, dst: u32) {
+    let plane0 = spans.0 & !15;
+    let mut c = lane;
+    while c < 16 * K as u32 + 1 {
+        let at = plane0 + 16 * c as u64;
+        let size = words_end.saturating_sub(at).min(16) as u32;
+        let src = if size > 0 { at } else { plane0 };
+        unsafe { ptx::cp_async_16_zfill(dst + 16 * c, src as *const u8, size) };
+        c += 32;
+    }
+    if lane < 5 {
+        let at = (spans.1 & !15) + 16 * lane as u64;
+        let size = scales_end.saturating_sub(at).min(16) as u32;
+        let src = if size > 0 { at } else { spans.1 & !15 };
+        unsafe { ptx::cp_async_16_zfill(dst + g::stage_scales(K as u32) + 16 * lane, src as *const u8, size) };
+    }
 }
 
-impl Cursor {
-    /// The cursor of lane `lane` at tile `kt` of the block whose first
-    /// column is `first_col`, stepping `warps` tiles at a time. Block
-    /// `(n, 2kt + h)` with `n = first_col + 16·gi + lane / 2`, `h = lane % 2`
-    /// is quant block `32·gi + lane` of the tile's run starting at column
-    /// `first_col` (`tile::word_index`, 64-bit math).
-    #[inline(always)]
-    fn new<const K: usize>(
-        packed: *const u32,
-        scales: *const u8,
-        n_dim: u64,
-        first_col: u64,
-        lane: u64,
-        kt: u64,
-        warps: u64,
-    ) -> Self {
-        let block = (kt * n_dim + first_col) * 2 + lane;
-        Self {
-            words: packed.wrapping_add((block * K as u64) as usize),
-            scales: scales.wrapping_add(block as usize),
-            word_step: (warps * n_dim * 2 * K as u64) as usize,
-            scale_step: (warps * n_dim * 2) as usize,
-        }
-    }
-
-    /// Moves to the warp's next tile (the pointer may then lie past the
-    /// matrix: it is only read while the tile exists).
-    #[inline(always)]
-    fn advance(&mut self) {
-        self.words = self.words.wrapping_add(self.word_step);
-        self.scales = self.scales.wrapping_add(self.scale_step);
-    }
-
-    /// Loads the lane's blocks of the groups whose column exists (`valid`
-    /// bit `gi`); the others keep their old contents, which only ever reach
-    /// accumulators of columns that are not written.
-    ///
-    /// # Safety
-    /// The tile exists; `packed` is 16-aligned.
-    #[inline(always)]
-    unsafe fn load<const K: usize>(&self, valid: u32, policy: u64, u: &mut Unit<K>) {
-        for gi in 0..G {
-            if valid & (1 << gi) != 0 {
-                let group_words = 32 * K * gi;
-                unsafe {
-                    u.planes[gi] = load_planes_with::<K, _>(Streamed(policy), self.words.add(group_words));
-                    u.scales[gi] = ptx::ld_stream_u8(self.scales.add(32 * gi), policy);
+/// Reads a lane's unit from a landed stage: block `32·gi + lane` of the
+/// plane span (k words each; k = 2 and 4 spans start 16-aligned, so the
+/// block is 8- or 16-aligned) and its scale byte.
+///
+/// # Safety
+/// The stage holds the copies of `spans` and they are visible to this lane.
+#[inline(always)]
+unsafe fn read_unit<const K: usize>(stage: u32, spans: (u64, u64), lane: u32) -> Unit<K> {
+    let planes_at = stage + (spans.0 & 15) as u32;
+    let scales_at = stage + g::stage_scales(K as u32) + (spans.1 & 15) as u32;
+    let mut u = Unit { planes: [[0; K]; G], scales: [0; G] };
+    for gi in 0..G {
+        let at = planes_at + 4 * (32 * K as u32 * gi as u32 + K as u32 * lane);
+        unsafe {
+            match K {
+                2 => {
+                    let v = ptx::ld_shared_v2(at);
+                    u.planes[gi][0] = v[0];
+                    u.planes[gi][1 % K] = v[1];
+                }
+                4 => {
+                    let v = ptx::ld_shared_v4(at);
+                    for j in 0..K {
+                        u.planes[gi][j] = v[j % 4];
+                    }
+                }
+                _ => {
+                    for j in 0..K {
+                        u.planes[gi][j] = ptx::ld_shared_u32(at + 4 * j as u32);
+                    }
                 }
             }
+            u.scales[gi] = ptx::ld_shared_u8(scales_at + 32 * gi as u32 + lane);
         }
     }
+    u
 }
 
 /// Writes the decode table for k = `K` at shared address `table`
@@ -315,18 +317,6 @@ unsafe fn fma_unit<const M: usize, const K: usize>(u: &Unit<K>, table: u32, xs: 
     }
 }
 
-/// Bit `gi` set: the lane's column of group `gi` in column block `cb`
-/// exists (`< n_dim`).
-#[inline(always)]
-fn valid_groups(cb: u32, lane: u32, n_dim: u64) -> u32 {
-    let mut valid = 0u32;
-    for gi in 0..G {
-        let col = cb as u64 * g::BLOCK_COLS as u64 + (16 * gi as u32 + lane / 2) as u64;
-        valid |= ((col < n_dim) as u32) << gi;
-    }
-    valid
-}
-
 /// The column blocks a block computes, in order: `first, first + step, …`
 /// (`count` of them).
 #[derive(Clone, Copy)]
@@ -336,14 +326,12 @@ struct Items {
     count: u32,
 }
 
-/// The lane's load stream: tile iteration `i` of column block `cb`, walking
-/// the items one after the other.
-struct Fetch {
-    cursor: Cursor,
+/// Where the copy stream of a warp is: tile iteration `i` of item `item`
+/// (column block `cb`).
+struct Stream {
     i: u32,
     item: u32,
     cb: u32,
-    valid: u32,
 }
 
 /// Reduces one column block's accumulators and writes its outputs: the two
@@ -403,13 +391,15 @@ unsafe fn epilogue<const M: usize, T: Elem<Raw = u16>>(
 
 /// The GEMV of one block over its column blocks `items` (32 columns each,
 /// masked at `n_dim`): all of K, `rows ≤ M` rows of `x` (row stride
-/// `k_dim`) into `y` (row stride `n_dim`). The loads of a lane form one
-/// stream across the items, so the next column block's first tiles are in
-/// flight while this one is reduced.
+/// `k_dim`) into `y` (row stride `n_dim`). Each warp streams its tiles
+/// through its own ring of `S` shared-memory stages with `cp.async`,
+/// `S − 1` tiles ahead of the math and across item boundaries, so the next
+/// column block's first tiles are in flight while this one is reduced.
 ///
 /// # Safety
 /// The pointers describe an `[n_dim, k_dim]` runtime-layout matrix with its
-/// `2^K`-entry codebook, `rows` rows of activations (16-aligned) and of
+/// `2^K`-entry codebook (readable from the 16-byte boundaries at or below
+/// `packed` and `scales`), `rows` rows of activations (16-aligned) and of
 /// outputs; the launch has `32·W` threads and `Geometry::smem_bytes` of
 /// dynamic shared memory.
 #[inline(always)]
@@ -431,13 +421,19 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     let lane = t & 31;
     let warp = t >> 5;
     let n_dim = n_dim as u64;
-    let d = depth(M, K);
     let k_tiles = (k_dim >> 6) + (k_dim & 63 != 0) as u32;
     let n_iter = (k_tiles + geo.warps() - 1) >> geo.log_warps;
     let chunk_mask = geo.chunk() - 1;
+    // One chunk covers all of K: staged once, kept for every item.
+    let x_resident = geo.chunk() >= n_iter;
+    let words_end = packed as u64 + 4 * tile::words(n_dim as usize, k_dim as usize, K) as u64;
+    let scales_end = scales as u64 + tile::scales(n_dim as usize, k_dim as usize) as u64;
 
     let base = ptx::smem_base();
     let xs = base + g::table_bytes(K as u32);
+    let stage_bytes = g::stage_bytes(K as u32);
+    let stage_mask = geo.stages() - 1;
+    let ring = base + geo.ring_offset(K as u32, M as u32) + warp * geo.stages() * stage_bytes;
     // This lane's copy of the decode table.
     let table = match K {
         2 => base + (t % g::QUAD_REPLICAS) * g::QUAD_ENTRY_BYTES,
@@ -446,38 +442,36 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     };
     let x_tile_bytes = g::x_tile_floats(M as u32) * 4;
     let x_half = (lane & 1) * g::X_HALF_FLOATS * 4;
-    let policy = ptx::policy_evict_first();
     let ok = |i: u32| (i << geo.log_warps) + warp < k_tiles;
-    let cursor_of = |cb: u32| {
-        let first_col = cb as u64 * g::BLOCK_COLS as u64;
-        Cursor::new::<K>(packed, scales, n_dim, first_col, lane as u64, warp as u64, geo.warps() as u64)
+    let spans_of = |i: u32, cb: u32| {
+        let kt = ((i << geo.log_warps) + warp) as u64;
+        spans::<K>(packed, scales, n_dim, kt, cb as u64 * g::BLOCK_COLS as u64)
     };
-    // The load stream; past the block's last item nothing is valid.
-    let valid_of = |item: u32, cb: u32| if item < items.count { valid_groups(cb, lane, n_dim) } else { 0 };
-    let mut ahead = Fetch { cursor: cursor_of(items.first), i: 0, item: 0, cb: items.first, valid: 0 };
-    ahead.valid = valid_of(0, items.first);
-    let mut fetch = |u: &mut Unit<K>| {
-        if ok(ahead.i) {
-            unsafe { ahead.cursor.load::<K>(ahead.valid, policy, u) };
+    // The copy stream: one commit group per step (empty past the block's
+    // last item or K), so "tile j landed" is "at most S − 2 groups pending".
+    let mut ahead = Stream { i: 0, item: 0, cb: items.first };
+    let mut copied = 0u32;
+    let mut copy_next = || {
+        if ahead.item < items.count && ok(ahead.i) {
+            let dst = ring + (copied & stage_mask) * stage_bytes;
+            unsafe { copy_tile::<K>(spans_of(ahead.i, ahead.cb), words_end, scales_end, lane, dst) };
         }
-        ahead.cursor.advance();
+        ptx::cp_async_commit();
+        copied += 1;
         ahead.i += 1;
         if ahead.i == n_iter {
             ahead.i = 0;
             ahead.item += 1;
             ahead.cb = ahead.cb.wrapping_add(items.step);
-            ahead.cursor = cursor_of(ahead.cb);
-            ahead.valid = valid_of(ahead.item, ahead.cb);
         }
     };
-    let mut u = [Unit::<K>::ZERO; 4];
-    fetch(&mut u[0]);
-    fetch(&mut u[1]);
-    if d == 4 {
-        fetch(&mut u[2]);
+    let mut j = 0;
+    while j + 1 < geo.stages() {
+        copy_next();
+        j += 1;
     }
     // The table and the first chunk of activations load side by side; the
-    // first step's barrier publishes both.
+    // barrier publishes both.
     unsafe {
         build_table::<K>(cb, base);
         stage_x::<M, T>(x, k_dim, rows, 0, geo.chunk() << geo.log_warps, xs);
@@ -485,60 +479,40 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     ptx::bar_sync();
 
     let mut acc = [[0f32; M]; G];
-    let (mut i, mut item) = (0u32, 0u32);
-    // One step: stage activations when a chunk starts (except the first,
-    // staged above), tile i of the current item, and the item's epilogue
-    // after its last tile.
-    macro_rules! step {
-        ($u:expr) => {{
-            if i & chunk_mask == 0 && (i | item) != 0 {
-                // Everyone is done with the previous chunk (and the last
-                // epilogue's reads); stage the next R·W tiles; publish.
-                ptx::bar_sync();
-                unsafe { stage_x::<M, T>(x, k_dim, rows, i << geo.log_warps, geo.chunk() << geo.log_warps, xs) };
-                ptx::bar_sync();
-            }
-            if ok(i) {
-                let staged = ((i & chunk_mask) << geo.log_warps) + warp;
-                unsafe { fma_unit::<M, K>(&$u, table, xs + staged * x_tile_bytes + x_half, &mut acc) };
-            }
-            i += 1;
-            if i == n_iter {
-                let first_col = (items.first + item * items.step) as u64 * g::BLOCK_COLS as u64;
-                unsafe { epilogue::<M, T>(&acc, xs, geo.warps(), y, rows, n_dim, first_col) };
-                acc = [[0f32; M]; G];
-                i = 0;
-                item += 1;
-            }
-        }};
-    }
-    // `d` buffers used in turn (constant indices: they stay in registers),
-    // loads `d − 1` steps ahead of the math.
+    let (mut i, mut item, mut done) = (0u32, 0u32, 0u32);
     while item < items.count {
-        if d == 4 {
-            fetch(&mut u[3]);
-        } else {
-            fetch(&mut u[2]);
+        // Step `done`: its tile has landed (this lane's copies, then the
+        // warp's); the stage read one step ago is free for the copies S − 1
+        // steps ahead.
+        ptx::cp_async_wait_dyn(geo.stages() - 2);
+        ptx::syncwarp();
+        copy_next();
+        if i & chunk_mask == 0 && (i | item) != 0 && !x_resident {
+            // Everyone is done with the previous chunk (and the last
+            // epilogue's reads); stage the next R·W tiles; publish.
+            ptx::bar_sync();
+            unsafe { stage_x::<M, T>(x, k_dim, rows, i << geo.log_warps, geo.chunk() << geo.log_warps, xs) };
+            ptx::bar_sync();
         }
-        step!(u[0]);
-        if item >= items.count {
-            break;
+        let cb_now = items.first + item * items.step;
+        if ok(i) {
+            let stage = ring + (done & stage_mask) * stage_bytes;
+            let u = unsafe { read_unit::<K>(stage, spans_of(i, cb_now), lane) };
+            let staged = ((i & chunk_mask) << geo.log_warps) + warp;
+            unsafe { fma_unit::<M, K>(&u, table, xs + staged * x_tile_bytes + x_half, &mut acc) };
         }
-        fetch(&mut u[0]);
-        step!(u[1]);
-        if item >= items.count {
-            break;
-        }
-        fetch(&mut u[1]);
-        step!(u[2]);
-        if d == 4 {
-            if item >= items.count {
-                break;
-            }
-            fetch(&mut u[2]);
-            step!(u[3]);
+        done += 1;
+        i += 1;
+        if i == n_iter {
+            let first_col = cb_now as u64 * g::BLOCK_COLS as u64;
+            unsafe { epilogue::<M, T>(&acc, xs, geo.warps(), y, rows, n_dim, first_col) };
+            acc = [[0f32; M]; G];
+            i = 0;
+            item += 1;
         }
     }
+    // No copy may still be in flight when the block exits.
+    ptx::cp_async_wait_dyn(0);
 }
 
 /// Body of `kbit_gemv_m{M}_k{K}_{T}`: a persistent grid; block `b`

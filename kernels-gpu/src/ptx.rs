@@ -35,6 +35,12 @@ pub fn bid_y() -> u32 {
 pub fn grid_dim() -> u32 {
     unsafe { _grid_dim_x() as u32 }
 }
+/// `bar.warp.sync`: all lanes of the warp meet; memory they wrote before
+/// is visible to the others after. sm_70.
+#[inline(always)]
+pub fn syncwarp() {
+    unsafe { asm!("bar.warp.sync 0xffffffff;") }
+}
 /// Lane of this thread in its warp.
 #[inline(always)]
 pub fn lane() -> u32 {
