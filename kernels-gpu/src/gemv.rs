@@ -71,29 +71,75 @@ struct Unit<const K: usize> {
     scales: [u32; G],
 }
 
-/// Global byte addresses of the spans of K tile `kt`, columns `first_col ..
-/// first_col + 32`: the plane words (quant blocks `2·(kt·N + first_col) ..`,
-/// `64·k` words) and the scale bytes (64 from the same block index).
-#[inline(always)]
-fn spans<const K: usize>(packed: *const u32, scales: *const u8, n_dim: u64, kt: u64, first_col: u64) -> (u64, u64) {
-    let block = 2 * (kt * n_dim + first_col);
-    (packed as u64 + 4 * K as u64 * block, scales as u64 + block)
+/// Global byte addresses of the spans of one K tile of a column block (the
+/// plane words of quant blocks `2·(kt·N + first_col) ..`, `64·k` words, and
+/// their 64 scale bytes), and the step to the warp's next tile.
+#[derive(Clone, Copy)]
+struct Spans {
+    planes: u64,
+    scales: u64,
 }
 
-/// Issues the copies of one K tile's spans (see [`spans`]) into the ring
-/// stage at shared address `dst`: each span from the 16-byte boundary at
-/// or below its start (`16k + 1` chunks of planes, 5 of scales), bytes at
-/// or past `words_end` / `scales_end` zero-filled and never read. The
-/// caller commits the group.
+impl Spans {
+    /// The spans of tile `kt`, columns `first_col .. first_col + 32`.
+    #[inline(always)]
+    fn at<const K: usize>(packed: *const u32, scales: *const u8, n_dim: u64, kt: u64, first_col: u64) -> Self {
+        let block = 2 * (kt * n_dim + first_col);
+        Self { planes: packed as u64 + 4 * K as u64 * block, scales: scales as u64 + block }
+    }
+
+    /// The distance between a warp's consecutive tiles (`W` tiles apart).
+    #[inline(always)]
+    fn step<const K: usize>(n_dim: u64, warps: u64) -> Self {
+        Self { planes: 8 * K as u64 * warps * n_dim, scales: 2 * warps * n_dim }
+    }
+
+    #[inline(always)]
+    fn advance(&mut self, by: Spans) {
+        self.planes = self.planes.wrapping_add(by.planes);
+        self.scales = self.scales.wrapping_add(by.scales);
+    }
+}
+
+/// 16-byte chunks of a stage's plane span: `16k`, plus one for odd k,
+/// whose spans are only 8-aligned (even-k spans are 16-aligned whenever
+/// the matrix is: `8k` bytes per quant block pair).
+const fn plane_chunks(k: usize) -> u32 {
+    16 * k as u32 + (k % 2) as u32
+}
+
+/// Issues the copies of one K tile's spans into the ring stage at shared
+/// address `dst`: each span from the 16-byte boundary at or below its
+/// start (plane chunks, then 5 chunks of scales). Away from the end of the
+/// arrays every copy is a plain 16-byte `cp.async` (a lane issues at most
+/// `ceil(chunks / 32)`); near it, bytes at or past `words_end` /
+/// `scales_end` are zero-filled and never read. The caller commits.
 ///
 /// # Safety
 /// `dst` is a stage of [`g::stage_bytes`]; everything between the aligned
 /// starts and the ends is readable global memory.
 #[inline(always)]
-unsafe fn copy_tile<const K: usize>(spans: (u64, u64), words_end: u64, scales_end: u64, lane: u32, dst: u32) {
-    let plane0 = spans.0 & !15;
+unsafe fn copy_tile<const K: usize>(sp: Spans, words_end: u64, scales_end: u64, lane: u32, dst: u32) {
+    let chunks = plane_chunks(K);
+    let plane0 = sp.planes & !15;
+    let scale0 = sp.scales & !15;
+    let inside = plane0 + 16 * chunks as u64 <= words_end && scale0 + 80 <= scales_end;
+    if inside {
+        for j in 0..chunks.div_ceil(32) {
+            let c = lane + 32 * j;
+            if c < chunks {
+                unsafe { ptx::cp_async_16(dst + 16 * c, (plane0 + 16 * c as u64) as *const u8) };
+            }
+        }
+        if lane < 5 {
+            unsafe {
+                ptx::cp_async_16(dst + g::stage_scales(K as u32) + 16 * lane, (scale0 + 16 * lane as u64) as *const u8)
+            };
+        }
+        return;
+    }
     let mut c = lane;
-    while c < 16 * K as u32 + 1 {
+    while c < chunks {
         let at = plane0 + 16 * c as u64;
         let size = words_end.saturating_sub(at).min(16) as u32;
         let src = if size > 0 { at } else { plane0 };
@@ -101,9 +147,9 @@ unsafe fn copy_tile<const K: usize>(spans: (u64, u64), words_end: u64, scales_en
         c += 32;
     }
     if lane < 5 {
-        let at = (spans.1 & !15) + 16 * lane as u64;
+        let at = scale0 + 16 * lane as u64;
         let size = scales_end.saturating_sub(at).min(16) as u32;
-        let src = if size > 0 { at } else { spans.1 & !15 };
+        let src = if size > 0 { at } else { scale0 };
         unsafe { ptx::cp_async_16_zfill(dst + g::stage_scales(K as u32) + 16 * lane, src as *const u8, size) };
     }
 }
@@ -115,9 +161,9 @@ unsafe fn copy_tile<const K: usize>(spans: (u64, u64), words_end: u64, scales_en
 /// # Safety
 /// The stage holds the copies of `spans` and they are visible to this lane.
 #[inline(always)]
-unsafe fn read_unit<const K: usize>(stage: u32, spans: (u64, u64), lane: u32) -> Unit<K> {
-    let planes_at = stage + (spans.0 & 15) as u32;
-    let scales_at = stage + g::stage_scales(K as u32) + (spans.1 & 15) as u32;
+unsafe fn read_unit<const K: usize>(stage: u32, sp: Spans, lane: u32) -> Unit<K> {
+    let planes_at = stage + (sp.planes & 15) as u32;
+    let scales_at = stage + g::stage_scales(K as u32) + (sp.scales & 15) as u32;
     let mut u = Unit { planes: [[0; K]; G], scales: [0; G] };
     for gi in 0..G {
         let at = planes_at + 4 * (32 * K as u32 * gi as u32 + K as u32 * lane);
@@ -443,26 +489,29 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     let x_tile_bytes = g::x_tile_floats(M as u32) * 4;
     let x_half = (lane & 1) * g::X_HALF_FLOATS * 4;
     let ok = |i: u32| (i << geo.log_warps) + warp < k_tiles;
-    let spans_of = |i: u32, cb: u32| {
-        let kt = ((i << geo.log_warps) + warp) as u64;
-        spans::<K>(packed, scales, n_dim, kt, cb as u64 * g::BLOCK_COLS as u64)
-    };
+    // The spans of the warp's first tile of column block `cb`, and the step
+    // to its next tile.
+    let first_spans = |cb: u32| Spans::at::<K>(packed, scales, n_dim, warp as u64, cb as u64 * g::BLOCK_COLS as u64);
+    let step = Spans::step::<K>(n_dim, geo.warps() as u64);
     // The copy stream: one commit group per step (empty past the block's
     // last item or K), so "tile j landed" is "at most S − 2 groups pending".
     let mut ahead = Stream { i: 0, item: 0, cb: items.first };
+    let mut ahead_spans = first_spans(items.first);
     let mut copied = 0u32;
     let mut copy_next = || {
         if ahead.item < items.count && ok(ahead.i) {
             let dst = ring + (copied & stage_mask) * stage_bytes;
-            unsafe { copy_tile::<K>(spans_of(ahead.i, ahead.cb), words_end, scales_end, lane, dst) };
+            unsafe { copy_tile::<K>(ahead_spans, words_end, scales_end, lane, dst) };
         }
         ptx::cp_async_commit();
         copied += 1;
         ahead.i += 1;
+        ahead_spans.advance(step);
         if ahead.i == n_iter {
             ahead.i = 0;
             ahead.item += 1;
             ahead.cb = ahead.cb.wrapping_add(items.step);
+            ahead_spans = first_spans(ahead.cb);
         }
     };
     let mut j = 0;
@@ -480,11 +529,16 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
 
     let mut acc = [[0f32; M]; G];
     let (mut i, mut item, mut done) = (0u32, 0u32, 0u32);
+    let mut spans_now = first_spans(items.first);
     while item < items.count {
         // Step `done`: its tile has landed (this lane's copies, then the
         // warp's); the stage read one step ago is free for the copies S − 1
         // steps ahead.
-        ptx::cp_async_wait_dyn(geo.stages() - 2);
+        match geo.log_stages {
+            1 => ptx::cp_async_wait::<0>(),
+            2 => ptx::cp_async_wait::<2>(),
+            _ => ptx::cp_async_wait::<6>(),
+        }
         ptx::syncwarp();
         copy_next();
         if i & chunk_mask == 0 && (i | item) != 0 && !x_resident {
@@ -497,22 +551,24 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
         let cb_now = items.first + item * items.step;
         if ok(i) {
             let stage = ring + (done & stage_mask) * stage_bytes;
-            let u = unsafe { read_unit::<K>(stage, spans_of(i, cb_now), lane) };
+            let u = unsafe { read_unit::<K>(stage, spans_now, lane) };
             let staged = ((i & chunk_mask) << geo.log_warps) + warp;
             unsafe { fma_unit::<M, K>(&u, table, xs + staged * x_tile_bytes + x_half, &mut acc) };
         }
         done += 1;
         i += 1;
+        spans_now.advance(step);
         if i == n_iter {
             let first_col = cb_now as u64 * g::BLOCK_COLS as u64;
             unsafe { epilogue::<M, T>(&acc, xs, geo.warps(), y, rows, n_dim, first_col) };
             acc = [[0f32; M]; G];
             i = 0;
             item += 1;
+            spans_now = first_spans(items.first.wrapping_add(item.wrapping_mul(items.step)));
         }
     }
     // No copy may still be in flight when the block exits.
-    ptx::cp_async_wait_dyn(0);
+    ptx::cp_async_wait::<0>();
 }
 
 /// Body of `kbit_gemv_m{M}_k{K}_{T}`: a persistent grid; block `b`
