@@ -264,13 +264,16 @@ impl Geometry {
     pub const fn unpack(g: u32) -> Self {
         Self { log_warps: g & 0xFF, log_chunk: (g >> 8) & 0xFF, log_stages: (g >> 16) & 0xFF }
     }
-    /// Bytes before the weight rings: the decode table, then the staged
-    /// activations (`R·W` tiles), whose space the final slot reduction
-    /// (`W·M·BLOCK_COLS` floats) reuses.
+    /// Offset of the reduction buffer (`W·M·BLOCK_COLS` floats of warp
+    /// partials): after the decode table and the staged activations (`R·W`
+    /// tiles), which may stay resident across column blocks.
+    pub const fn red_offset(&self, bits: u32, m: u32) -> u32 {
+        table_bytes(bits) + self.chunk() * self.warps() * x_tile_floats(m) * 4
+    }
+    /// Bytes before the weight rings: the table, the staged activations and
+    /// the reduction buffer.
     pub const fn ring_offset(&self, bits: u32, m: u32) -> u32 {
-        let x = self.chunk() * self.warps() * x_tile_floats(m) * 4;
-        let red = self.warps() * m * BLOCK_COLS * 4;
-        table_bytes(bits) + if x > red { x } else { red }
+        self.red_offset(bits, m) + self.warps() * m * BLOCK_COLS * 4
     }
     /// Dynamic shared memory in bytes for `m` rows at bit width `bits`:
     /// [`Geometry::ring_offset`], then `W` rings of `S` stages

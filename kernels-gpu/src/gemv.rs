@@ -40,7 +40,7 @@
 //!
 //! Each lane keeps one f32 accumulator per (group, row). At the end the two
 //! halves of a column meet through a lane shuffle, the `W` warp partials of
-//! each (row, column) go through shared memory and one thread adds them in
+//! each (row, column) go through their own shared buffer and one thread adds them in
 //! warp order. The order is fixed by `W`, which the host derives from the
 //! shape alone (`kbit_format::gemv::warps`), so results are identical run to
 //! run and the grouped kernel matches the dense one bit for bit. No atomics,
@@ -477,6 +477,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
 
     let base = ptx::smem_base();
     let xs = base + g::table_bytes(K as u32);
+    let red = base + geo.red_offset(K as u32, M as u32);
     let stage_bytes = g::stage_bytes(K as u32);
     let stage_mask = geo.stages() - 1;
     let ring = base + geo.ring_offset(K as u32, M as u32) + warp * geo.stages() * stage_bytes;
@@ -542,8 +543,8 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
         ptx::syncwarp();
         copy_next();
         if i & chunk_mask == 0 && (i | item) != 0 && !x_resident {
-            // Everyone is done with the previous chunk (and the last
-            // epilogue's reads); stage the next R·W tiles; publish.
+            // Everyone is done with the previous chunk; stage the next
+            // R·W tiles; publish.
             ptx::bar_sync();
             unsafe { stage_x::<M, T>(x, k_dim, rows, i << geo.log_warps, geo.chunk() << geo.log_warps, xs) };
             ptx::bar_sync();
@@ -560,7 +561,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
         spans_now.advance(step);
         if i == n_iter {
             let first_col = cb_now as u64 * g::BLOCK_COLS as u64;
-            unsafe { epilogue::<M, T>(&acc, xs, geo.warps(), y, rows, n_dim, first_col) };
+            unsafe { epilogue::<M, T>(&acc, red, geo.warps(), y, rows, n_dim, first_col) };
             acc = [[0f32; M]; G];
             i = 0;
             item += 1;
