@@ -236,46 +236,69 @@ unsafe fn build_table<const K: usize>(cb: *const f32, table: u32) {
 
 /// Stages `x` for tiles `first_tile .. first_tile + tiles` as f32 at shared
 /// address `xs` (`[tile][row][h][36]`, see [`g::x_tile_floats`]): each
-/// thread converts 8 values (one 16-byte load) per step. Rows `≥ rows` and
-/// columns `≥ k_dim` are written as zeros without reading `x`.
+/// thread converts 8 values (one 16-byte load) per unit. With `PAIRED`
+/// the first round takes two units, so that two loads are in flight, and
+/// `between` runs after their loads are issued and before anything is
+/// stored (the prologue builds the decode table there, overlapping the two
+/// latencies); the main loop stages one unit per round (fewer registers).
+/// Rows `≥ rows` and columns `≥ k_dim` are written as zeros without reading
+/// `x`.
 ///
 /// # Safety
 /// `x` holds `rows` rows of `k_dim` values and is 16-aligned; the staged
 /// tiles fit the dynamic shared memory.
 #[inline(always)]
-unsafe fn stage_x<const M: usize, T: Elem<Raw = u16>>(
+unsafe fn stage_x<const M: usize, T: Elem<Raw = u16>, const PAIRED: bool>(
     x: *const u16,
     k_dim: u32,
     rows: u32,
     first_tile: u32,
     tiles: u32,
     xs: u32,
+    between: impl FnOnce(),
 ) {
     let stride = g::x_tile_floats(M as u32);
     let units = tiles * M as u32 * 8;
-    let mut u = ptx::tid();
-    while u < units {
-        // 8 activations `8o .. 8o + 8` of (tile tc, row r): half o / 4.
+    let nt = ptx::block_dim();
+    // Unit u: 8 activations `8o .. 8o + 8` of (tile tc, row r), half o / 4:
+    // its raw load (zeros when outside x) and its shared address.
+    let load = |u: u32| {
         let o = u & 7;
         let rest = u >> 3;
         let r = rest % M as u32;
         let tc = rest / M as u32;
         let pos = (first_tile + tc) as u64 * 64 + 8 * o as u64;
-        let mut v = [0u32; 8];
-        if r < rows && pos < k_dim as u64 {
-            let raw = unsafe { ptx::ld_nc_v4(x.add((r as u64 * k_dim as u64 + pos) as usize) as *const u32) };
-            for i in 0..4 {
-                v[2 * i] = T::to_f32(raw[i] as u16).to_bits();
-                v[2 * i + 1] = T::to_f32((raw[i] >> 16) as u16).to_bits();
+        let raw = if u < units && r < rows && pos < k_dim as u64 {
+            unsafe { ptx::ld_nc_v4(x.add((r as u64 * k_dim as u64 + pos) as usize) as *const u32) }
+        } else {
+            [0; 4]
+        };
+        let half = (r * 2 + (o >> 2)) * g::X_HALF_FLOATS;
+        (raw, xs + (tc * stride + half + 8 * (o & 3)) * 4)
+    };
+    let store = |u: u32, (raw, dst): ([u32; 4], u32)| {
+        if u < units {
+            let v: [u32; 8] = core::array::from_fn(|i| T::to_f32((raw[i / 2] >> (16 * (i % 2))) as u16).to_bits());
+            unsafe {
+                ptx::st_shared_v4(dst, [v[0], v[1], v[2], v[3]]);
+                ptx::st_shared_v4(dst + 16, [v[4], v[5], v[6], v[7]]);
             }
         }
-        let half = (r * 2 + (o >> 2)) * g::X_HALF_FLOATS;
-        let dst = xs + (tc * stride + half + 8 * (o & 3)) * 4;
-        unsafe {
-            ptx::st_shared_v4(dst, [v[0], v[1], v[2], v[3]]);
-            ptx::st_shared_v4(dst + 16, [v[4], v[5], v[6], v[7]]);
-        }
-        u += ptx::block_dim();
+    };
+    let mut u = ptx::tid();
+    if PAIRED {
+        let (a, b) = (load(u), load(u + nt));
+        between();
+        store(u, a);
+        store(u + nt, b);
+        u += 2 * nt;
+    } else {
+        between();
+    }
+    while u < units {
+        let a = load(u);
+        store(u, a);
+        u += nt;
     }
 }
 
@@ -523,8 +546,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     // The table and the first chunk of activations load side by side; the
     // barrier publishes both.
     unsafe {
-        build_table::<K>(cb, base);
-        stage_x::<M, T>(x, k_dim, rows, 0, geo.chunk() << geo.log_warps, xs);
+        stage_x::<M, T, true>(x, k_dim, rows, 0, geo.chunk() << geo.log_warps, xs, || build_table::<K>(cb, base));
     }
     ptx::bar_sync();
 
@@ -546,7 +568,9 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
             // Everyone is done with the previous chunk; stage the next
             // R·W tiles; publish.
             ptx::bar_sync();
-            unsafe { stage_x::<M, T>(x, k_dim, rows, i << geo.log_warps, geo.chunk() << geo.log_warps, xs) };
+            unsafe {
+                stage_x::<M, T, false>(x, k_dim, rows, i << geo.log_warps, geo.chunk() << geo.log_warps, xs, || {})
+            };
             ptx::bar_sync();
         }
         let cb_now = items.first + item * items.step;
