@@ -11,7 +11,7 @@
 use crate::device::dptr;
 use crate::module::names;
 use crate::weight::check_len;
-use crate::{Context, Dtype, Element, Error, KbitExperts, KbitWeight, Result, Shape};
+use crate::{Context, DeviceInfo, Dtype, Element, Error, KbitExperts, KbitWeight, Result, Shape};
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::sys::CUfunction_attribute as FnAttr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
@@ -92,16 +92,20 @@ pub(crate) struct GemvPlan {
 impl GemvPlan {
     /// Plans `m` rows against a `shape` weight of `bits` bits for an
     /// instance whose largest block is `max_threads` (its register use), on
-    /// a device with `smem_per_sm` bytes of shared memory per SM.
+    /// `device` (SM count, shared memory per SM and per block). `units` is
+    /// how many matrices share the launch (1 dense; for grouped, the
+    /// experts that may have rows).
     ///
     /// `W` is [`g::warps`] of K, never anything else (it fixes the
-    /// summation order); an instance too large for it is an error. The
-    /// staging chunk `R` (loop iterations, `R·W` tiles) is all of K when
-    /// two blocks with 2-stage rings still share an SM (then the
-    /// activations are staged once per block), else halved down to about 64
-    /// (tile, row) pairs. The weight rings then get the most stages (8, 4
-    /// or 2) that keep two blocks on an SM, at least 2.
-    pub fn new(shape: Shape, bits: u32, m: usize, max_threads: u32, smem_per_sm: usize) -> Result<Self> {
+    /// summation order); an instance too large for it is an error. Shared
+    /// memory is sized for two blocks per SM when there are more column
+    /// blocks than SMs, else for one. Within that: short K (≤ 3 tiles per
+    /// warp) first gets rings deep enough to have all its tiles in flight
+    /// at once; then the staging chunk `R` (loop iterations, `R·W` tiles)
+    /// grows up to all of K (activations staged once per block), at least
+    /// about 64 (tile, row) pairs; then the rings get the most stages that
+    /// still fit (at most [`g::MAX_STAGES`], at least 2).
+    pub fn new(shape: Shape, bits: u32, m: usize, max_threads: u32, device: &DeviceInfo, units: usize) -> Result<Self> {
         let w = g::warps(shape.k);
         if 32 * w > max_threads {
             return Err(Error::NotApplicable {
@@ -109,29 +113,27 @@ impl GemvPlan {
                 why: format!("k={bits} m={m}: needs {} threads per block, the build allows {max_threads}", 32 * w),
             });
         }
+        let col_blocks = shape.n.div_ceil(g::BLOCK_COLS as usize);
         let n_iter = kbit_format::tile::k_tiles(shape.k).div_ceil(w as usize) as u32;
-        let geo = |chunk: u32, stages: u32| Geometry {
-            log_warps: w.ilog2(),
-            log_chunk: chunk.ilog2(),
-            log_stages: stages.ilog2(),
-        };
-        // The driver reserves 1 KB of shared memory per block.
-        let two_fit = |chunk: u32, stages: u32| {
-            2 * (geo(chunk, stages).smem_bytes(bits, m as u32) as usize + 1024) <= smem_per_sm
+        let geo = |chunk: u32, stages: u32| Geometry { log_warps: w.ilog2(), log_chunk: chunk.ilog2(), stages };
+        // Two blocks per SM only pay when there is work for them. The
+        // driver reserves 1 KB of shared memory per block.
+        let two = col_blocks * units.max(1) > device.sm_count as usize;
+        let fits = |chunk: u32, stages: u32| {
+            let bytes = geo(chunk, stages).smem_bytes(bits, m as u32) as usize;
+            if two { 2 * (bytes + 1024) <= device.max_smem_per_sm } else { bytes <= device.max_smem_per_block }
         };
         let per_chunk = (64 / (w * m as u32)).max(1);
         let least = (1u32 << per_chunk.ilog2()).min(n_iter.next_power_of_two());
+        let deep = if n_iter <= 3 { n_iter + 1 } else { 2 };
+        let first = if fits(least, deep) { deep } else { 2 };
         let mut chunk = n_iter.next_power_of_two();
-        while chunk > least && !two_fit(chunk, 2) {
+        while chunk > least && !fits(chunk, first) {
             chunk /= 2;
         }
-        let stages = [8, 4].into_iter().find(|&s| two_fit(chunk, s)).unwrap_or(2);
+        let stages = (first..=g::MAX_STAGES).rev().find(|&s| fits(chunk, s)).unwrap_or(2);
         let geometry = geo(chunk, stages);
-        Ok(Self {
-            geometry,
-            col_blocks: shape.n.div_ceil(g::BLOCK_COLS as usize) as u32,
-            smem_bytes: geometry.smem_bytes(bits, m as u32),
-        })
+        Ok(Self { geometry, col_blocks: col_blocks as u32, smem_bytes: geometry.smem_bytes(bits, m as u32) })
     }
 }
 
@@ -196,7 +198,7 @@ impl Context {
         }
         let bits = w.bits();
         let (f, max_threads) = self.kernels.gemv.get(false, m, bits, dtype);
-        let plan = GemvPlan::new(shape, bits, m, max_threads, self.info().max_smem_per_sm)?;
+        let plan = GemvPlan::new(shape, bits, m, max_threads, self.info(), 1)?;
         self.check_smem(&plan, names::gemv(false, m, bits, dtype))?;
         let s = self.stream();
         let (yp, _guard) = y.device_ptr_mut(s);
@@ -287,7 +289,8 @@ impl Context {
         }
         let bits = experts.bits();
         let (f, max_threads) = self.kernels.gemv.get(true, max_m, bits, dtype);
-        let plan = GemvPlan::new(shape, bits, max_m, max_threads, self.info().max_smem_per_sm)?;
+        // At most min(experts, rows) experts have rows: they share the GPU.
+        let plan = GemvPlan::new(shape, bits, max_m, max_threads, self.info(), num_experts.min(total_rows))?;
         self.check_smem(&plan, names::gemv(true, max_m, bits, dtype))?;
         let blocks = total_rows as u64 * plan.col_blocks as u64;
         if blocks > i32::MAX as u64 || num_experts >= u32::MAX as usize {
@@ -336,6 +339,28 @@ impl Context {
 mod tests {
     use super::*;
 
+    fn device(sm_count: u32, max_smem_per_block: usize, max_smem_per_sm: usize) -> DeviceInfo {
+        DeviceInfo {
+            name: String::new(),
+            compute_capability: (0, 0),
+            sm_count,
+            l2_bytes: 0,
+            max_smem_per_block,
+            max_smem_per_sm,
+            total_mem: 0,
+        }
+    }
+
+    /// sm_90: 227 KB per block, 228 KB per SM.
+    fn h100() -> DeviceInfo {
+        device(132, 232448, 233472)
+    }
+
+    /// sm_89: 99 KB per block, 100 KB per SM.
+    fn rtx4090() -> DeviceInfo {
+        device(128, 101376, 102400)
+    }
+
     /// Every plan is a valid launch: a whole number of warps, at most 512
     /// threads, shared memory within an sm_89 or sm_90 block, W fixed by K
     /// alone, at least two ring stages.
@@ -348,13 +373,18 @@ mod tests {
                 let shape = Shape::new(n, k).unwrap();
                 for bits in 2..=5 {
                     for m in 1..=GEMV_MAX_M {
-                        // sm_90 (228 KB per SM, 227 KB per block) and sm_89 (100 KB, 99 KB).
-                        for (per_sm, per_block) in [(233472usize, 232448usize), (102400, 101376)] {
-                            let p = GemvPlan::new(shape, bits, m, 512, per_sm).unwrap();
+                        for (dev, units) in [(h100(), 1), (rtx4090(), 1), (h100(), 8)] {
+                            let (per_block, per_sm) = (dev.max_smem_per_block, dev.max_smem_per_sm);
+                            let p = GemvPlan::new(shape, bits, m, 512, &dev, units).unwrap();
                             let geo = p.geometry;
                             assert_eq!(geo.warps(), g::warps(k), "{n}x{k}");
                             assert!(geo.threads() <= 512, "{geo:?}");
-                            assert!(geo.stages() >= 2, "{geo:?}");
+                            assert!((2..=g::MAX_STAGES).contains(&geo.stages()), "{geo:?}");
+                            // Two blocks per SM whenever there is work for them
+                            // (sm_90 always has the room; sm_89 not for every shape).
+                            if p.col_blocks as usize * units > dev.sm_count as usize && per_sm > 200_000 {
+                                assert!(2 * (p.smem_bytes as usize + 1024) <= per_sm, "{n}x{k} k={bits} m={m}");
+                            }
                             assert_eq!(p.col_blocks as usize, n.div_ceil(32));
                             assert!(
                                 p.smem_bytes as usize <= per_block,
@@ -368,7 +398,10 @@ mod tests {
             }
         }
         // An instance that cannot hold W warps is refused, not launched smaller.
-        assert!(GemvPlan::new(Shape::new(4096, 8192).unwrap(), 4, 1, 256, 233472).is_err());
+        assert!(GemvPlan::new(Shape::new(4096, 8192).unwrap(), 4, 1, 256, &h100(), 1).is_err());
+        // Short K gets every tile of a warp in flight at once.
+        let short = GemvPlan::new(Shape::new(5120, 2048).unwrap(), 4, 1, 512, &h100(), 1).unwrap();
+        assert!(short.geometry.stages() >= 3, "{short:?}");
     }
 
     #[test]

@@ -53,6 +53,9 @@
 
 use crate::tile;
 
+/// Most stages of a warp's weight ring.
+pub const MAX_STAGES: u32 = 8;
+
 /// Largest number of rows (M) the scalar GEMV kernels take.
 pub const MAX_M: usize = 4;
 
@@ -227,15 +230,15 @@ pub const fn stage_scales(bits: u32) -> u32 {
     (16 * bits + 1) * 16
 }
 
-/// Launch geometry of one GEMV call, as log2 values.
+/// Launch geometry of one GEMV call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
     /// log2 of the warps (K slots) per block (`W`).
     pub log_warps: u32,
     /// log2 of the loop iterations whose activations are staged at once (`R`).
     pub log_chunk: u32,
-    /// log2 of the stages of each warp's weight ring (`S`, at least 2).
-    pub log_stages: u32,
+    /// Stages of each warp's weight ring (`S`, 2..=8; not a log).
+    pub stages: u32,
 }
 
 impl Geometry {
@@ -249,20 +252,20 @@ impl Geometry {
     }
     /// Stages of each warp's weight ring.
     pub const fn stages(&self) -> u32 {
-        1 << self.log_stages
+        self.stages
     }
     /// Threads per block.
     pub const fn threads(&self) -> u32 {
         32 * self.warps()
     }
-    /// The one `u32` kernel argument: `log_warps | log_chunk << 8 | log_stages << 16`.
+    /// The one `u32` kernel argument: `log_warps | log_chunk << 8 | stages << 16`.
     pub const fn pack(&self) -> u32 {
-        self.log_warps | self.log_chunk << 8 | self.log_stages << 16
+        self.log_warps | self.log_chunk << 8 | self.stages << 16
     }
     /// Inverse of [`Geometry::pack`].
     #[inline(always)]
     pub const fn unpack(g: u32) -> Self {
-        Self { log_warps: g & 0xFF, log_chunk: (g >> 8) & 0xFF, log_stages: (g >> 16) & 0xFF }
+        Self { log_warps: g & 0xFF, log_chunk: (g >> 8) & 0xFF, stages: (g >> 16) & 0xFF }
     }
     /// Offset of the reduction buffer (`W·M·BLOCK_COLS` floats of warp
     /// partials): after the decode table and the staged activations (`R·W`

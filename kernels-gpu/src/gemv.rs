@@ -502,7 +502,6 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     let xs = base + g::table_bytes(K as u32);
     let red = base + geo.red_offset(K as u32, M as u32);
     let stage_bytes = g::stage_bytes(K as u32);
-    let stage_mask = geo.stages() - 1;
     let ring = base + geo.ring_offset(K as u32, M as u32) + warp * geo.stages() * stage_bytes;
     // This lane's copy of the decode table.
     let table = match K {
@@ -521,14 +520,19 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     // last item or K), so "tile j landed" is "at most S − 2 groups pending".
     let mut ahead = Stream { i: 0, item: 0, cb: items.first };
     let mut ahead_spans = first_spans(items.first);
-    let mut copied = 0u32;
+    // Ring stage of the next copy and of the next step (`S` need not be a
+    // power of two: the indices wrap by compare).
+    let mut copy_stage = 0u32;
     let mut copy_next = || {
         if ahead.item < items.count && ok(ahead.i) {
-            let dst = ring + (copied & stage_mask) * stage_bytes;
+            let dst = ring + copy_stage * stage_bytes;
             unsafe { copy_tile::<K>(ahead_spans, words_end, scales_end, lane, dst) };
         }
         ptx::cp_async_commit();
-        copied += 1;
+        copy_stage += 1;
+        if copy_stage == geo.stages() {
+            copy_stage = 0;
+        }
         ahead.i += 1;
         ahead_spans.advance(step);
         if ahead.i == n_iter {
@@ -551,17 +555,13 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     ptx::bar_sync();
 
     let mut acc = [[0f32; M]; G];
-    let (mut i, mut item, mut done) = (0u32, 0u32, 0u32);
+    let (mut i, mut item, mut step_stage) = (0u32, 0u32, 0u32);
     let mut spans_now = first_spans(items.first);
     while item < items.count {
-        // Step `done`: its tile has landed (this lane's copies, then the
+        // This step's tile has landed (this lane's copies, then the
         // warp's); the stage read one step ago is free for the copies S − 1
         // steps ahead.
-        match geo.log_stages {
-            1 => ptx::cp_async_wait::<0>(),
-            2 => ptx::cp_async_wait::<2>(),
-            _ => ptx::cp_async_wait::<6>(),
-        }
+        ptx::cp_async_wait_dyn(geo.stages() - 2);
         ptx::syncwarp();
         copy_next();
         if i & chunk_mask == 0 && (i | item) != 0 && !x_resident {
@@ -575,12 +575,15 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
         }
         let cb_now = items.first + item * items.step;
         if ok(i) {
-            let stage = ring + (done & stage_mask) * stage_bytes;
+            let stage = ring + step_stage * stage_bytes;
             let u = unsafe { read_unit::<K>(stage, spans_now, lane) };
             let staged = ((i & chunk_mask) << geo.log_warps) + warp;
             unsafe { fma_unit::<M, K>(&u, table, xs + staged * x_tile_bytes + x_half, &mut acc) };
         }
-        done += 1;
+        step_stage += 1;
+        if step_stage == geo.stages() {
+            step_stage = 0;
+        }
         i += 1;
         spans_now.advance(step);
         if i == n_iter {
