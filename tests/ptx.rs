@@ -115,6 +115,12 @@ fn ptxas_sm89_sm90_no_spills_no_stack() {
             if p.stack != 0 || p.spill_stores != 0 || p.spill_loads != 0 {
                 bad.push(format!("{arch} {name}: {p:?}"));
             }
+            // The scalar GEMV launches W = warps(K) ≤ 16 warps whatever the
+            // instance (the K split fixes its summation order): 512 threads
+            // need at most 128 registers.
+            if name.contains("gemv_") && p.registers > 128 {
+                bad.push(format!("{arch} {name}: {} registers, 512-thread blocks need ≤ 128", p.registers));
+            }
             table.entry(name.clone()).or_default().push(p.registers);
         }
     }
@@ -125,5 +131,5 @@ fn ptxas_sm89_sm90_no_spills_no_stack() {
     s += &format!("{} kernels, 0 bytes stack frame and 0 bytes spills required on {ARCHS:?}\n", table.len());
     let _ = writeln!(std::io::stderr().lock(), "{s}");
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(bad.is_empty(), "kernels with stack frames or spills:\n{}", bad.join("\n"));
+    assert!(bad.is_empty(), "kernels with stack frames, spills or too many registers:\n{}", bad.join("\n"));
 }
