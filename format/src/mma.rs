@@ -349,7 +349,7 @@ pub const fn prmt(a: u32, b: u32, sel: u32) -> u32 {
 }
 
 /// Codebook index of element a (`parity` 0) or b (1) of interleaved pair
-/// index `e` (see [`pair_indices`]).
+/// index `e` (see [`pair_words`]).
 #[inline(always)]
 pub const fn deinterleave(e: u32, parity: u32, bits: u32) -> u32 {
     let mut v = 0;
