@@ -129,22 +129,37 @@ fn c_fragments_cover_the_output_tile_once_per_k_half() {
 
 fn index_math_case<const K: usize>(rng: &mut SmallRng) {
     let words: [u32; K] = std::array::from_fn(|_| rng.random());
-    for two_t in [0u32, 2, 4, 6] {
-        let (ea, eb) = geo::single_indices(&words, two_t);
-        let x = if K <= 4 { geo::pair_indices(&words, two_t) } else { 0 };
+    for lane in 0..32u32 {
+        let two_t = 2 * (lane % 4);
+        let lanes = geo::lane_bytes(lane);
+        let rot = geo::rotations(two_t);
+        let singles = geo::single_words(&words, &rot, lanes);
         for q in 0..4u32 {
+            let sel = geo::entry_select(q);
             let ia = planes::index(&words, (8 * q + two_t) as usize);
             let ib = planes::index(&words, (8 * q + two_t + 1) as usize);
-            assert_eq!(((ea >> (8 * q)) & 0xff, (eb >> (8 * q)) & 0xff), (ia, ib), "single k={K} t={two_t} q={q}");
-            assert_eq!(geo::entry_offset(ea, q, K as u32), ia * 128);
+            let [(la, ha), (lb, hb)] = singles;
+            assert_eq!(geo::prmt(la, ha, sel), ia * 128 + 4 * lane, "single a k={K} lane={lane} q={q}");
+            assert_eq!(geo::prmt(lb, hb, sel), ib * 128 + 4 * lane, "single b k={K} lane={lane} q={q}");
             if K <= 4 {
-                let pair = (x >> (8 * q)) & 0xff;
+                let (lo, hi) = geo::pair_words(&words, &rot, lanes);
+                let at = geo::prmt(lo, hi, sel);
+                assert_eq!(at % 128, 4 * lane);
+                let pair = at / 128;
+                assert!(pair < geo::table_entries(K as u32), "k={K} pair {pair}");
                 let bits = K as u32;
                 assert_eq!((geo::deinterleave(pair, 0, bits), geo::deinterleave(pair, 1, bits)), (ia, ib));
-                assert_eq!(geo::entry_offset(x, q, 2 * bits), pair * 128);
             }
         }
     }
+}
+
+#[test]
+fn prmt_model_matches_the_ptx_definition() {
+    // Plain byte picks, then sign replication (selector bit 3).
+    assert_eq!(geo::prmt(0x4433_2211, 0x8877_6655, 0x7654), 0x8877_6655);
+    assert_eq!(geo::prmt(0x4433_2211, 0x8877_6655, 0x0123), 0x1122_3344);
+    assert_eq!(geo::prmt(0x4433_2211, 0x8877_6655, 0xF8F8), 0xFF00_FF00);
 }
 
 #[test]

@@ -13,6 +13,7 @@
 //! [ table  | misc 16 B | epilogue | stage 0 | stage 1 | ... | stage S-1 ]
 //! table:    codebook lookup, one copy per lane (conflict-free lookups):
 //!           k <= 4: 4^k pair entries, k = 5: 2^k single entries, word e·32 + lane
+//!           (byte address e·128 + 4·lane: one `prmt` per lookup, see pair_words)
 //! misc:     the split-K "last block" flag
 //! epilogue: 16·MB × TILE_N f32, K-half reduction in fragment order
 //! stage:    KT tile slots [ slot 0 | slot 1 | ... | slot KT-1 ], slot j holds
@@ -249,56 +250,106 @@ pub const fn window_offsets(n_dim: u32, kt: u32, n0: u32, bits: u32) -> (u32, u3
     (col.wrapping_mul(8 * bits) & 15, col.wrapping_mul(2) & 15)
 }
 
-/// For k ≤ 4: byte `q` of the result is the interleaved 2k-bit index
-/// `a0 b0 a1 b1 …` (LSB first) of the pair of elements `8q + two_t` (a) and
-/// `8q + two_t + 1` (b) of a quant block with bit planes `planes`.
+/// `4·lane` in every byte: the lane's word offset inside a table entry,
+/// ready to be merged into [`pair_words`] / [`single_words`].
+#[inline(always)]
+pub const fn lane_bytes(lane: u32) -> u32 {
+    (4 * (lane & 31)) * 0x0101_0101
+}
+
+/// The rotation amounts of [`pair_words`] and [`single_words`] for a lane
+/// with `two_t` = 2·(lane % 4): entry i is `two_t + 2 − i` (mod 32).
+#[inline(always)]
+pub const fn rotations(two_t: u32) -> [u32; 8] {
+    let mut r = [0u32; 8];
+    let mut i = 0;
+    while i < 8 {
+        r[i] = two_t.wrapping_add(2).wrapping_sub(i as u32) & 31;
+        i += 1;
+    }
+    r
+}
+
+/// For k ≤ 4: the two words `(lo, hi)` from which one byte permute per
+/// lookup ([`entry_select`]) builds the table address of the pair of
+/// elements `8q + two_t` (a) and `8q + two_t + 1` (b) of a quant block with
+/// bit planes `planes`, for q = 0..4. `rot` = [`rotations`]`(two_t)`,
+/// `lanes` = [`lane_bytes`]`(lane)`.
 ///
-/// Rotating plane j right by `two_t − 2j` moves bits `8q + two_t + e` to
-/// `8q + 2j + e`; one mask per plane keeps exactly those.
+/// The address of interleaved pair index `e` (`a0 b0 a1 b1 …`, LSB first)
+/// for lane `l` is `e·128 + 4l`: byte 0 holds `4l` (bits 2..7) and index
+/// bit 0 (bit 7), byte 1 index bits 1.. . So plane j is rotated right by
+/// `two_t + 1 − 2j` (`rot[2j + 1]`), which moves bits `8q + two_t + e` to
+/// `8q + 2j − 1 + e`: for j ≥ 1 both bits land in byte q of `hi` (bits
+/// `2j − 1`, `2j`); for j = 0, b0 lands in bit 0 of byte q of `hi` and a0 in
+/// bit 7 of byte q − 1 (mod 4), kept in `lo` with the lane offset. Bit 7 of
+/// every `hi` byte is zero.
 #[inline(always)]
-pub fn pair_indices<const K: usize>(planes: &[u32; K], two_t: u32) -> u32 {
-    let mut x = 0u32;
-    for (j, &p) in planes.iter().enumerate() {
-        x |= p.rotate_right(two_t.wrapping_sub(2 * j as u32)) & (0x0303_0303 << (2 * j));
+pub fn pair_words<const K: usize>(planes: &[u32; K], rot: &[u32; 8], lanes: u32) -> (u32, u32) {
+    let r0 = planes[0].rotate_right(rot[1]);
+    let mut hi = r0 & 0x0101_0101;
+    for (j, &p) in planes.iter().enumerate().skip(1) {
+        hi |= p.rotate_right(rot[(2 * j + 1) & 7]) & (0x0303_0303 << (2 * j - 1));
     }
-    x
+    (split_lo(r0, lanes), hi)
 }
 
-/// For any k: bytes `q` of `(even, odd)` are the k-bit indices of elements
-/// `8q + two_t` and `8q + two_t + 1` of a quant block.
+/// For any k: [`pair_words`]' two words for the single k-bit indices of
+/// elements `8q + two_t` (first) and `8q + two_t + 1` (second): plane j is
+/// rotated right by `two_t + 1 + e − j` (`rot[1 − e + j]`, e = 0 for the
+/// first element, 1 for the second), so that its bit lands in bit `j − 1`
+/// of byte q of `hi` (j ≥ 1) or bit 7 of byte q − 1 of `lo` (j = 0); the
+/// address of index `e` is again `e·128 + 4l`.
 #[inline(always)]
-pub fn single_indices<const K: usize>(planes: &[u32; K], two_t: u32) -> (u32, u32) {
-    let (mut ea, mut eb) = (0u32, 0u32);
-    for (j, &p) in planes.iter().enumerate() {
-        let mask = 0x0101_0101 << j;
-        ea |= p.rotate_right(two_t.wrapping_sub(j as u32)) & mask;
-        eb |= p.rotate_right((two_t + 1).wrapping_sub(j as u32)) & mask;
+pub fn single_words<const K: usize>(planes: &[u32; K], rot: &[u32; 8], lanes: u32) -> [(u32, u32); 2] {
+    let word = |e: usize| {
+        let r0 = planes[0].rotate_right(rot[1 - e]);
+        let mut hi = 0u32;
+        for (j, &p) in planes.iter().enumerate().skip(1) {
+            hi |= p.rotate_right(rot[(1 - e + j) & 7]) & (0x0101_0101 << (j - 1));
+        }
+        (split_lo(r0, lanes), hi)
+    };
+    [word(0), word(1)]
+}
+
+/// The `lo` word of [`pair_words`] / [`single_words`]: bit 7 of every byte
+/// of the rotated plane 0 over the lane offsets (one `lop3`; bit 7 of every
+/// byte of `lanes` is zero).
+#[inline(always)]
+fn split_lo(r0: u32, lanes: u32) -> u32 {
+    (r0 & 0x8080_8080) | lanes
+}
+
+/// `prmt` selector that builds the table address of byte q (0..4) from
+/// `(lo, hi)` of [`pair_words`]: byte 0 = byte `(q + 3) % 4` of `lo`, byte 1
+/// = byte q of `hi`, bytes 2 and 3 = the sign of byte q of `hi`, i.e. zero.
+#[inline(always)]
+pub const fn entry_select(q: u32) -> u32 {
+    let h = 4 + (q & 3);
+    ((q + 3) & 3) | h << 4 | (h | 8) << 8 | (h | 8) << 12
+}
+
+/// CPU model of `prmt.b32 d, a, b, sel` (default mode): byte i of `d` is
+/// byte `sel[4i+2..4i]` of `b:a`, or its sign replicated when bit
+/// `4i + 3` of `sel` is set.
+#[inline(always)]
+pub const fn prmt(a: u32, b: u32, sel: u32) -> u32 {
+    let v = (b as u64) << 32 | a as u64;
+    let mut d = 0u32;
+    let mut i = 0;
+    while i < 4 {
+        let n = (sel >> (4 * i)) & 15;
+        let byte = ((v >> (8 * (n & 7))) & 0xff) as u32;
+        let byte = if n & 8 != 0 { if byte & 0x80 != 0 { 0xff } else { 0 } } else { byte };
+        d |= byte << (8 * i);
+        i += 1;
     }
-    (ea, eb)
-}
-
-/// Byte offset, from a lane's table base, of the entry whose `index_bits`
-/// index sits in byte `q` of `x`: `index · 128` (entries are 32 lanes × 4
-/// bytes apart). It is `entry_shifted(x, q) & entry_mask(index_bits)`.
-#[inline(always)]
-pub const fn entry_offset(x: u32, q: u32, index_bits: u32) -> u32 {
-    entry_shifted(x, q) & entry_mask(index_bits)
-}
-
-/// `x` shifted so that byte `q` starts at bit 7 (other bytes' bits remain).
-#[inline(always)]
-pub const fn entry_shifted(x: u32, q: u32) -> u32 {
-    if q == 0 { x << 7 } else { x >> (8 * q - 7) }
-}
-
-/// Mask of an `index_bits` index at bit 7.
-#[inline(always)]
-pub const fn entry_mask(index_bits: u32) -> u32 {
-    ((1u32 << index_bits) - 1) << 7
+    d
 }
 
 /// Codebook index of element a (`parity` 0) or b (1) of interleaved pair
-/// index `e` (see [`pair_indices`]).
+/// index `e` (see [`pair_words`]).
 #[inline(always)]
 pub const fn deinterleave(e: u32, parity: u32, bits: u32) -> u32 {
     let mut v = 0;

@@ -10,10 +10,12 @@
 //! quant block, elements `8q + 2t + e` (q = 0..4, e = 0, 1): byte q of the
 //! block's 32-bit plane words, bits 2t and 2t+1. Byte q = 2s + r feeds
 //! register `b_r` of k16 step s of the block (mma B map: b0 = k 2t, 2t+1;
-//! b1 = k 2t+8, 2t+9), e = 0 the low half. Rotating plane j right by
-//! `2t − 2j` moves those two bits to bits `8q + 2j, 8q + 2j + 1`, so k
-//! rotates and masks build, in byte q, the 2k-bit index of the pair
-//! (`a0 b0 a1 b1 …`, LSB first) used to address the pair table.
+//! b1 = k 2t+8, 2t+9), e = 0 the low half. k rotates and masks per
+//! fragment gather, for every byte q, the 2k-bit index of the pair
+//! (`a0 b0 a1 b1 …`, LSB first) into two words: index bits 1.. in byte q of
+//! `hi`, bit 0 beside the lane offset in a byte of `lo`, so that one `prmt`
+//! per lookup yields the table byte address `index·128 + 4·lane`
+//! (`kbit_format::mma::pair_words`).
 //!
 //! Table (per lane, so 32 lanes with arbitrary indices hit 32 distinct
 //! banks): word `e·32 + lane`. For k ≤ 4, entry e is a pair index and holds
@@ -23,7 +25,7 @@
 
 use crate::elem::{Bf16, Elem, F16};
 use crate::ptx;
-use kbit_format::mma::{THREADS, deinterleave, entry_mask, entry_shifted, pair_indices, single_indices, table_entries};
+use kbit_format::mma::{THREADS, deinterleave, entry_select, pair_words, single_words, table_entries};
 
 /// An mma input type: f16 or bf16.
 pub trait MmaElem: Elem<Raw = u16> {
@@ -144,40 +146,40 @@ pub unsafe fn load_planes<const K: usize>(addr: u32) -> [u32; K] {
 /// the scaled b registers `[b0, b1]` of k16 step 0 then of step 1 of the
 /// block (see the module docs for the map).
 ///
-/// `two_t` = 2·(lane % 4); `tbl` the table's shared address; `lane4` =
-/// 4·lane; `scale` the block's E4M4 byte. The entry offset (bits 7 and up)
-/// and the lane offset (bits 2..7) are OR-ed, one `lop3` with the mask, and
-/// the table base is added last so that it can fold into the load's
-/// immediate offset.
+/// `rot` = [`rotations`](kbit_format::mma::rotations)`(2·(lane % 4))`;
+/// `tbl` the table's shared address; `lanes` =
+/// [`lane_bytes`](kbit_format::mma::lane_bytes) of the lane; `scale` the
+/// block's E4M4 byte. The planes are rotated and masked once per fragment
+/// into two words ([`pair_words`]); every table address is then one `prmt`
+/// of those words, and the table base is added last so that it folds into
+/// the load's address operand.
 ///
 /// # Safety
 /// The table at `tbl` was built by [`build_table`] for `K`, `T`.
 #[inline(always)]
 pub unsafe fn dequant<const K: usize, T: MmaElem>(
     planes: &[u32; K],
-    two_t: u32,
+    rot: &[u32; 8],
     tbl: u32,
-    lane4: u32,
+    lanes: u32,
     scale: u32,
 ) -> [u32; 4] {
     let s2 = T::scale_x2(scale);
     let mut out = [0u32; 4];
     if K <= 4 {
-        // Byte q of `x`: the pair index a0 b0 a1 b1 … of elements 8q+2t, 8q+2t+1.
-        let x = pair_indices(planes, two_t);
-        let mask = entry_mask(2 * K as u32);
+        let (lo, hi) = pair_words(planes, rot, lanes);
         for (q, o) in out.iter_mut().enumerate() {
-            let at = ptx::and_or(entry_shifted(x, q as u32), mask, lane4);
+            let at = ptx::prmt(lo, hi, entry_select(q as u32));
             *o = T::mul_x2(unsafe { ptx::ld_shared_u32(tbl + at) }, s2);
         }
     } else {
-        // Byte q of `ea` / `eb`: the k-bit index of element 8q+2t / 8q+2t+1.
-        let (ea, eb) = single_indices(planes, two_t);
+        let [(la, ha), (lb, hb)] = single_words(planes, rot, lanes);
         for (q, o) in out.iter_mut().enumerate() {
-            let mask = entry_mask(K as u32);
-            let lo = unsafe { ptx::ld_shared_u32(tbl + ptx::and_or(entry_shifted(ea, q as u32), mask, lane4)) };
-            let hi = unsafe { ptx::ld_shared_u32(tbl + ptx::and_or(entry_shifted(eb, q as u32), mask, lane4)) };
-            *o = T::mul_x2((lo & 0xFFFF) | (hi << 16), s2);
+            let sel = entry_select(q as u32);
+            let lo = unsafe { ptx::ld_shared_u32(tbl + ptx::prmt(la, ha, sel)) };
+            let hi = unsafe { ptx::ld_shared_u32(tbl + ptx::prmt(lb, hb, sel)) };
+            // Low half of each entry: element a low, element b high.
+            *o = T::mul_x2(ptx::prmt(lo, hi, 0x5410), s2);
         }
     }
     out

@@ -256,6 +256,9 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
         buf_w = next(buf_w);
     }
 
+    let mut ln = Lanes::new::<K, MB, NF>(tid);
+    // 0 (the host validates KT ≤ 4), but unknown to the compilers.
+    let zero = a.stage_tiles >> 3;
     let mut acc = [[[0f32; 4]; NF]; MB];
     while cs.live(&s) {
         ptx::cp_async_wait_dyn(a.stages - 2);
@@ -267,13 +270,17 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
         ptx::cp_async_commit();
         buf_w = next(buf_w);
 
-        // The stage's tiles, slot by slot (a block-uniform trip count).
+        // The stage's tiles, slot by slot (a block-uniform count), unrolled
+        // so that slot offsets fold into the loads' immediates.
         let len = cs.stage_len(&s);
-        let mut slot = buf_r;
-        for j in 0..len {
-            unsafe { compute::<K, MB, NF, T>(a, cs.kt + j, cs.n0, slot, tbl, tid, &mut acc) };
-            slot += tb;
-        }
+        ln.carry(zero);
+        const { assert!(geo::MAX_STAGE_TILES == 4) };
+        unrolled!(geo::MAX_STAGE_TILES, j => {
+            if (j as u32) < len {
+                let slot = buf_r + j as u32 * tb;
+                unsafe { compute::<K, MB, NF, T>(a, cs.kt + j as u32, cs.n0, slot, tbl, &ln, &mut acc) };
+            }
+        });
         buf_r = next(buf_r);
 
         cs.kt += len;
@@ -340,6 +347,55 @@ unsafe fn issue<const K: usize, const MB: usize, const NF: usize>(a: &Args, c: &
     }
 }
 
+/// A thread's fixed offsets into any K-tile slot (computed once per launch,
+/// so the tile loop only adds the slot address).
+#[derive(Clone, Copy)]
+struct Lanes {
+    /// `ldmatrix` source of m block 0, k16 steps 2kh and 2kh + 1 (m block
+    /// `mb` adds `16·mb` rows: same `row % 8`, same swizzle).
+    a: [u32; 2],
+    /// Plane words of fragment 0's (column, quant block), without the
+    /// window offset; fragment f adds `64·k·f` (8 columns).
+    w: u32,
+    /// Scale byte of fragment 0's (column, quant block), without the window
+    /// offset; fragment f adds `16·f`.
+    s: u32,
+    /// `rotations(2·(lane % 4))`.
+    rot: [u32; 8],
+    /// `lane_bytes(lane)`.
+    lanes: u32,
+}
+
+impl Lanes {
+    #[inline(always)]
+    fn new<const K: usize, const MB: usize, const NF: usize>(tid: u32) -> Self {
+        let (kb, mbu, nfu) = (K as u32, MB as u32, NF as u32);
+        let lane = tid & 31;
+        let warp = tid >> 5;
+        let kh = geo::warp_k_half(warp);
+        let col = geo::b_col(nfu, geo::warp_col_group(warp), 0, lane);
+        let row = geo::ldmatrix_row(0, lane);
+        Self {
+            a: [0, 1].map(|s2| geo::a_offset(row, geo::ldmatrix_chunk(2 * kh + s2, lane))),
+            w: geo::w_offset(mbu) + 4 * kb * kh + 8 * kb * col,
+            s: geo::s_offset(mbu, nfu, kb) + kh + 2 * col,
+            rot: geo::rotations(2 * (lane & 3)),
+            lanes: geo::lane_bytes(lane),
+        }
+    }
+
+    /// Adds `zero` (always 0) to the lane-derived values, once per stage.
+    /// The values then depend on the loop and stay in registers: without
+    /// this ptxas recomputes them from the thread index in every tile.
+    #[inline(always)]
+    fn carry(&mut self, zero: u32) {
+        for r in self.rot.iter_mut() {
+            *r = (*r + zero) & 31;
+        }
+        self.lanes += zero;
+    }
+}
+
 /// Multiplies K tile `kt` of the n tile at column `n0`, staged in the slot
 /// at `buf`, into the accumulators.
 #[inline(always)]
@@ -349,33 +405,25 @@ unsafe fn compute<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
     n0: u32,
     buf: u32,
     tbl: u32,
-    tid: u32,
+    ln: &Lanes,
     acc: &mut [[[f32; 4]; NF]; MB],
 ) {
-    let (kb, mbu, nfu) = (K as u32, MB as u32, NF as u32);
-    let lane = tid & 31;
-    let warp = tid >> 5;
-    let kh = geo::warp_k_half(warp);
-    let cg = geo::warp_col_group(warp);
+    let kb = K as u32;
     let (off_w, off_s) = geo::window_offsets(a.n, kt, n0, kb);
-    let w_base = buf + geo::w_offset(mbu) + off_w + 4 * kb * kh;
-    let s_base = buf + geo::s_offset(mbu, nfu, kb) + off_s + kh;
+    let w_base = buf + ln.w + off_w;
+    let s_base = buf + ln.s + off_s;
 
     let mut frag_a = [[[0u32; 4]; 2]; MB];
     unrolled!(MB, mb => {
         for s2 in 0..2 {
-            let row = geo::ldmatrix_row(mb as u32, lane);
-            let chunk = geo::ldmatrix_chunk(2 * kh + s2 as u32, lane);
-            frag_a[mb][s2] = unsafe { ptx::ldmatrix_x4(buf + geo::a_offset(row, chunk)) };
+            let at = buf + ln.a[s2] + 16 * geo::A_ROW_BYTES * mb as u32;
+            frag_a[mb][s2] = unsafe { ptx::ldmatrix_x4(at) };
         }
     });
-    let two_t = 2 * (lane & 3);
-    let lane4 = 4 * lane;
     unrolled!(NF, f => {
-        let col = geo::b_col(nfu, cg, f as u32, lane);
-        let planes = unsafe { fragment::load_planes::<K>(w_base + 8 * kb * col) };
-        let scale = unsafe { ptx::ld_shared_u8(s_base + 2 * col) };
-        let b = unsafe { fragment::dequant::<K, T>(&planes, two_t, tbl, lane4, scale) };
+        let planes = unsafe { fragment::load_planes::<K>(w_base + 64 * kb * f as u32) };
+        let scale = unsafe { ptx::ld_shared_u8(s_base + 16 * f as u32) };
+        let b = unsafe { fragment::dequant::<K, T>(&planes, &ln.rot, tbl, ln.lanes, scale) };
         unrolled!(MB, mb => {
             acc[mb][f] = T::mma(frag_a[mb][0], [b[0], b[1]], acc[mb][f]);
             acc[mb][f] = T::mma(frag_a[mb][1], [b[2], b[3]], acc[mb][f]);

@@ -574,16 +574,3 @@ pub fn fma_rn_f32(a: f32, b: f32, c: f32) -> f32 {
     }
     r
 }
-
-/// `lop3.b32` with truth table 0xEA: `(a & b) | c` in one instruction (a
-/// table index field masked and merged with the lane offset). Written as asm
-/// so that LLVM cannot reassociate the later add of the table base into the
-/// index, which lets ptxas fold that base into the load's offset. sm_50.
-#[inline(always)]
-pub fn and_or(a: u32, b: u32, c: u32) -> u32 {
-    let r: u32;
-    unsafe {
-        asm!("lop3.b32 {r}, {a}, {b}, {c}, 0xEA;", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c)
-    }
-    r
-}
