@@ -1,12 +1,22 @@
 //! Scalar GEMV for M = 1..4 rows (kernel 1) and its grouped MoE form
 //! (kernel 4): launch planning, validation and the launches.
 //!
-//! The kernels (`kernels-gpu/src/gemv.rs`) give each block 32 columns and
-//! all of K, split over its `W` warps; the `W` warp partials of an output
-//! are added in warp order. `W` comes from K alone
-//! ([`kbit_format::gemv::warps`]), which fixes the summation order: results
-//! are deterministic and the grouped kernel reproduces the dense one bit for
-//! bit. The activation staging chunk is chosen here.
+//! Two variants, chosen by the shape alone
+//! ([`kbit_format::gemv::uses_slots`]) so that dense and grouped calls of
+//! one shape sum in the same order:
+//!
+//! - **block** (`kernels-gpu/src/gemv.rs`, matrices of 2^25 weights and
+//!   more): each block owns 32 columns and all of K, split over `W` warps
+//!   (`W` from K alone, [`kbit_format::gemv::warps`]); weights stream
+//!   through per-warp `cp.async` rings; the dense grid is persistent.
+//! - **column-slot** (`kernels-gpu/src/gemv_slots.rs`, smaller matrices):
+//!   each block owns `C` columns × `S` K slots (`S` from the shape,
+//!   [`kbit_format::gemv_slots::slots`]); `C` is chosen here so that narrow
+//!   matrices still fill the GPU.
+//!
+//! Either way the partials of an output are added in a fixed order, so
+//! results are deterministic and the grouped kernel reproduces the dense one
+//! bit for bit. Geometry, staging chunk and ring depth are planned here.
 
 use crate::device::dptr;
 use crate::module::names;
@@ -16,6 +26,7 @@ use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::sys::CUfunction_attribute as FnAttr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use kbit_format::gemv::{self as g, Geometry};
+use kbit_format::gemv_slots::{self as gs, Geometry as SlotGeometry};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -35,9 +46,10 @@ pub(crate) struct GemvKernels {
 /// Dtypes of the GEMV kernels, in table order.
 pub(crate) const GEMV_DTYPES: [Dtype; 2] = [Dtype::F16, Dtype::Bf16];
 
-fn slot(grouped: bool, m: usize, bits: u32, dtype: Dtype) -> usize {
+fn slot(slots: bool, grouped: bool, m: usize, bits: u32, dtype: Dtype) -> usize {
     let d = (dtype == Dtype::Bf16) as usize;
-    (((grouped as usize) * GEMV_MAX_M + (m - 1)) * 4 + (bits - 2) as usize) * GEMV_DTYPES.len() + d
+    let family = 2 * slots as usize + grouped as usize;
+    ((family * GEMV_MAX_M + (m - 1)) * 4 + (bits - 2) as usize) * GEMV_DTYPES.len() + d
 }
 
 impl GemvKernels {
@@ -56,15 +68,8 @@ impl GemvKernels {
         Ok(Self { funcs, max_threads, resident: Mutex::new(HashMap::new()) })
     }
 
-    fn get(&self, grouped: bool, m: usize, bits: u32, dtype: Dtype) -> (&CudaFunction, u32) {
-        let i = slot(grouped, m, bits, dtype);
-        (&self.funcs[i], self.max_threads[i])
-    }
-
-    /// Blocks of `plan` that fit on one SM at once for this instance (at
-    /// least 1).
-    fn resident_blocks(&self, m: usize, bits: u32, dtype: Dtype, plan: &GemvPlan) -> Result<u32> {
-        let i = slot(false, m, bits, dtype);
+    /// Resident blocks per SM of instance `i` for `plan` (at least 1).
+    fn resident_blocks(&self, i: usize, plan: &GemvPlan) -> Result<u32> {
         let key = (i, plan.geometry.pack());
         let mut cache = self.resident.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(&b) = cache.get(&key) {
@@ -75,6 +80,115 @@ impl GemvKernels {
             .max(1);
         cache.insert(key, b);
         Ok(b)
+    }
+
+    /// The instance and launch of one call: the variant comes from the
+    /// shape ([`g::uses_slots`]), then that variant's plan. `units` as in
+    /// [`GemvPlan::new`]. A dense call of the block variant gets a
+    /// persistent grid (one round of resident blocks).
+    #[allow(clippy::too_many_arguments)]
+    fn launch(
+        &self,
+        grouped: bool,
+        shape: Shape,
+        m: usize,
+        bits: u32,
+        dtype: Dtype,
+        device: &DeviceInfo,
+        units: usize,
+    ) -> Result<(&CudaFunction, GemvLaunch)> {
+        let slots = g::uses_slots(shape.n, shape.k);
+        let i = slot(slots, grouped, m, bits, dtype);
+        let (f, max_threads) = (&self.funcs[i], self.max_threads[i]);
+        let launch = if slots {
+            let p = SlotPlan::new(shape, bits, m, device.sm_count, units, max_threads);
+            GemvLaunch {
+                geom: p.geometry.pack(),
+                threads: p.geometry.threads(),
+                smem_bytes: p.smem_bytes,
+                col_blocks: p.col_blocks,
+                grid: p.col_blocks,
+            }
+        } else {
+            let p = GemvPlan::new(shape, bits, m, max_threads, device, units)?;
+            let grid = if grouped {
+                p.col_blocks
+            } else {
+                let resident = self.resident_blocks(i, &p)?;
+                p.col_blocks.min(resident.saturating_mul(device.sm_count).max(1))
+            };
+            GemvLaunch {
+                geom: p.geometry.pack(),
+                threads: p.geometry.threads(),
+                smem_bytes: p.smem_bytes,
+                col_blocks: p.col_blocks,
+                grid,
+            }
+        };
+        if launch.smem_bytes as usize > device.max_smem_per_block {
+            return Err(Error::SharedMemory {
+                kernel: names::gemv(grouped, slots, m, bits, dtype),
+                available: device.max_smem_per_block,
+            });
+        }
+        Ok((f, launch))
+    }
+}
+
+/// How one GEMV call is launched, whichever the variant.
+#[derive(Clone, Copy, Debug)]
+struct GemvLaunch {
+    /// The packed geometry argument.
+    geom: u32,
+    threads: u32,
+    smem_bytes: u32,
+    /// Column blocks of the matrix.
+    col_blocks: u32,
+    /// Blocks of a dense launch (grouped: per activation row).
+    grid: u32,
+}
+
+/// Launch plan of the column-slot variant (`kbit_format::gemv_slots`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SlotPlan {
+    /// Columns per block, K slots, staging chunk.
+    pub geometry: SlotGeometry,
+    /// Blocks along N: `ceil(N / C)`.
+    pub col_blocks: u32,
+    /// Dynamic shared memory per block.
+    pub smem_bytes: u32,
+}
+
+impl SlotPlan {
+    /// Plans `m` rows against a `shape` weight of `bits` bits on a device
+    /// with `sm_count` SMs; `units` as in [`GemvPlan::new`], `max_threads`
+    /// the instance's block limit.
+    ///
+    /// `S` is [`gs::slots`] of the shape (never anything else: it fixes the
+    /// summation order). `C` is the widest power of two (≥ one warp per
+    /// block, ≤ `max_threads / S`) that still gives about one block per SM
+    /// (7/8 of them), so narrow matrices spread over the whole GPU while wide
+    /// ones keep many columns per block. The staging chunk `R` (loop
+    /// iterations, `R·S` tiles) holds about 64 (tile, row) pairs of
+    /// activations, at least one iteration's `S` tiles and at most all of K.
+    pub fn new(shape: Shape, bits: u32, m: usize, sm_count: u32, units: usize, max_threads: u32) -> Self {
+        let s = gs::slots(shape.n, shape.k);
+        let lo = (32 / s).max(1);
+        let hi = (max_threads.min(gs::MAX_THREADS) / s).max(lo);
+        let want = (sm_count as usize * 7).div_ceil(8).max(1);
+        let mut c = 1u32 << hi.ilog2();
+        while c > lo && units.max(1) * shape.n.div_ceil(c as usize) < want {
+            c /= 2;
+        }
+        let n_iter = kbit_format::tile::k_tiles(shape.k).div_ceil(s as usize) as u32;
+        let per_chunk = (64 / (s * m as u32)).max(1);
+        let chunk = (1u32 << per_chunk.ilog2()).min(n_iter.next_power_of_two());
+        let geometry = SlotGeometry { log_cols: c.ilog2(), log_slots: s.ilog2(), log_chunk: chunk.ilog2() };
+        Self {
+            geometry,
+            col_blocks: shape.n.div_ceil(c as usize) as u32,
+            smem_bytes: geometry.smem_bytes(bits, m as u32),
+        }
     }
 }
 
@@ -197,21 +311,15 @@ impl Context {
             return Err(Error::Alignment { what: "gemv: activations x", align: 16 });
         }
         let bits = w.bits();
-        let (f, max_threads) = self.kernels.gemv.get(false, m, bits, dtype);
-        let plan = GemvPlan::new(shape, bits, m, max_threads, self.info(), 1)?;
-        self.check_smem(&plan, names::gemv(false, m, bits, dtype))?;
+        let (f, launch) = self.kernels.gemv.launch(false, shape, m, bits, dtype, self.info(), 1)?;
         let s = self.stream();
         let (yp, _guard) = y.device_ptr_mut(s);
         let (pp, sp, cp) = (dptr(&w.packed, self), dptr(&w.scales, self), dptr(&w.cb, self));
-        let (n, k, geom) = (shape.n as u32, shape.k as u32, plan.geometry.pack());
-        // Persistent: at most one round of resident blocks, each walking
-        // column blocks `b, b + grid, …`.
-        let resident = self.kernels.gemv.resident_blocks(m, bits, dtype, &plan)?;
-        let grid = plan.col_blocks.min(resident.saturating_mul(self.info().sm_count).max(1));
+        let (n, k, geom) = (shape.n as u32, shape.k as u32, launch.geom);
         let cfg = LaunchConfig {
-            grid_dim: (grid, 1, 1),
-            block_dim: (plan.geometry.threads(), 1, 1),
-            shared_mem_bytes: plan.smem_bytes,
+            grid_dim: (launch.grid, 1, 1),
+            block_dim: (launch.threads, 1, 1),
+            shared_mem_bytes: launch.smem_bytes,
         };
         unsafe {
             s.launch_builder(f).arg(&pp).arg(&sp).arg(&cp).arg(&xp).arg(&yp).arg(&n).arg(&k).arg(&geom).launch(cfg)
@@ -288,11 +396,10 @@ impl Context {
             return Err(Error::Alignment { what: "grouped_gemv: activations x", align: 16 });
         }
         let bits = experts.bits();
-        let (f, max_threads) = self.kernels.gemv.get(true, max_m, bits, dtype);
         // At most min(experts, rows) experts have rows: they share the GPU.
-        let plan = GemvPlan::new(shape, bits, max_m, max_threads, self.info(), num_experts.min(total_rows))?;
-        self.check_smem(&plan, names::gemv(true, max_m, bits, dtype))?;
-        let blocks = total_rows as u64 * plan.col_blocks as u64;
+        let units = num_experts.min(total_rows);
+        let (f, launch) = self.kernels.gemv.launch(true, shape, max_m, bits, dtype, self.info(), units)?;
+        let blocks = total_rows as u64 * launch.col_blocks as u64;
         if blocks > i32::MAX as u64 || num_experts >= u32::MAX as usize {
             return Err(Error::TooLarge { n: shape.n, k: shape.k });
         }
@@ -301,11 +408,11 @@ impl Context {
         let op = dptr(expert_offsets, self);
         let (pp, sp, cp) = (dptr(&experts.packed, self), dptr(&experts.scales, self), dptr(&experts.cb, self));
         let (ne, rows, n, k) = (num_experts as u32, total_rows as u32, shape.n as u32, shape.k as u32);
-        let (geom, cbs) = (plan.geometry.pack(), plan.col_blocks);
+        let (geom, cbs) = (launch.geom, launch.col_blocks);
         let cfg = LaunchConfig {
             grid_dim: (blocks as u32, 1, 1),
-            block_dim: (plan.geometry.threads(), 1, 1),
-            shared_mem_bytes: plan.smem_bytes,
+            block_dim: (launch.threads, 1, 1),
+            shared_mem_bytes: launch.smem_bytes,
         };
         unsafe {
             s.launch_builder(f)
@@ -323,14 +430,6 @@ impl Context {
                 .arg(&cbs)
                 .launch(cfg)
         }?;
-        Ok(())
-    }
-
-    fn check_smem(&self, plan: &GemvPlan, kernel: String) -> Result<()> {
-        let available = self.info().max_smem_per_block;
-        if plan.smem_bytes as usize > available {
-            return Err(Error::SharedMemory { kernel, available });
-        }
         Ok(())
     }
 }
@@ -404,14 +503,59 @@ mod tests {
         assert!(short.geometry.stages() >= 3, "{short:?}");
     }
 
+    /// Every column-slot plan is a valid launch: a whole number of warps, at most 512
+    /// threads, shared memory within 66 KB, S fixed by the shape alone.
+    #[test]
+    fn slot_plans_are_valid_launches() {
+        let ns = [1usize, 7, 129, 512, 2048, 4096, 4100, 5120, 14336, 28672];
+        let ks = [32usize, 64, 96, 512, 2048, 4096, 5120, 8192, 14336];
+        for &n in &ns {
+            for &k in &ks {
+                let shape = Shape::new(n, k).unwrap();
+                for bits in 2..=5 {
+                    for m in 1..=GEMV_MAX_M {
+                        for (sms, units) in [(132, 1), (128, 1), (1, 1), (132, 8), (132, 64)] {
+                            for max_threads in [1024, 512, 256] {
+                                let p = SlotPlan::new(shape, bits, m, sms, units, max_threads);
+                                let geo = p.geometry;
+                                assert_eq!(geo.slots(), gs::slots(n, k), "{n}x{k}");
+                                assert!(geo.threads() >= 32 && geo.threads() % 32 == 0, "{geo:?}");
+                                assert!(geo.threads() <= max_threads.min(512), "{geo:?}");
+                                assert_eq!(p.col_blocks as usize, n.div_ceil(geo.cols() as usize));
+                                assert!(p.smem_bytes <= 66048, "{n}x{k} k={bits} m={m}: {} bytes", p.smem_bytes);
+                                assert_eq!(SlotGeometry::unpack(geo.pack()), geo);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The design's shapes fill an H100 (132 SMs) with at least 7/8 of a
+    /// block per SM and keep whole warps on one K slot where N allows it.
+    #[test]
+    fn slot_plans_fill_the_gpu() {
+        for (n, k) in
+            [(5120, 2048), (2048, 5120), (4096, 2048), (512, 2048), (2048, 4096), (14336, 4096), (28672, 8192)]
+        {
+            let p = SlotPlan::new(Shape::new(n, k).unwrap(), 4, 1, 132, 1, 1024);
+            assert!(p.col_blocks >= 116, "{n}x{k}: {p:?}");
+        }
+        let wide = SlotPlan::new(Shape::new(14336, 4096).unwrap(), 4, 1, 132, 1, 1024);
+        assert!(wide.geometry.cols() >= 32, "{wide:?}");
+    }
+
     #[test]
     fn kernel_table_slots_are_dense() {
         let mut seen = std::collections::HashSet::new();
-        for grouped in [false, true] {
-            for m in 1..=GEMV_MAX_M {
-                for bits in 2..=5 {
-                    for d in GEMV_DTYPES {
-                        assert!(seen.insert(slot(grouped, m, bits, d)));
+        for slots in [false, true] {
+            for grouped in [false, true] {
+                for m in 1..=GEMV_MAX_M {
+                    for bits in 2..=5 {
+                        for d in GEMV_DTYPES {
+                            assert!(seen.insert(slot(slots, grouped, m, bits, d)));
+                        }
                     }
                 }
             }
@@ -420,7 +564,9 @@ mod tests {
         assert!(seen.iter().all(|&s| s < seen.len()));
         // The table order of `names::all_gemv` matches `slot`.
         let all = names::all_gemv();
-        assert_eq!(all[slot(true, 3, 4, Dtype::Bf16)], names::gemv(true, 3, 4, Dtype::Bf16));
-        assert_eq!(all[slot(false, 1, 2, Dtype::F16)], "kbit_gemv_m1_k2_f16");
+        assert_eq!(all[slot(false, true, 3, 4, Dtype::Bf16)], names::gemv(true, false, 3, 4, Dtype::Bf16));
+        assert_eq!(all[slot(true, true, 2, 5, Dtype::F16)], names::gemv(true, true, 2, 5, Dtype::F16));
+        assert_eq!(all[slot(false, false, 1, 2, Dtype::F16)], "kbit_gemv_m1_k2_f16");
+        assert_eq!(all[slot(true, false, 1, 2, Dtype::F16)], "kbit_gemv_slots_m1_k2_f16");
     }
 }

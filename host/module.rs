@@ -84,19 +84,27 @@ pub mod names {
     pub fn moe_rows(scatter: bool) -> String {
         format!("kbit_moe_{}_b16", if scatter { "scatter" } else { "gather" })
     }
-    /// `kbit_gemv_m{m}_k{bits}_{dtype}` (scalar GEMV) or
-    /// `kbit_grouped_gemv_m{max_m}_k{bits}_{dtype}` (its MoE form).
-    pub fn gemv(grouped: bool, m: usize, bits: u32, dtype: Dtype) -> String {
-        format!("kbit_{}gemv_m{m}_k{bits}_{}", if grouped { "grouped_" } else { "" }, dtype.name())
+    /// `kbit_gemv_m{m}_k{bits}_{dtype}` (scalar GEMV, block variant),
+    /// `kbit_gemv_slots_m…` (column-slot variant), and their MoE forms
+    /// `kbit_grouped_gemv_[slots_]m{max_m}_k{bits}_{dtype}`.
+    pub fn gemv(grouped: bool, slots: bool, m: usize, bits: u32, dtype: Dtype) -> String {
+        format!(
+            "kbit_{}gemv_{}m{m}_k{bits}_{}",
+            if grouped { "grouped_" } else { "" },
+            if slots { "slots_" } else { "" },
+            dtype.name()
+        )
     }
     /// Every GEMV entry point, in the kernel table's order.
     pub fn all_gemv() -> Vec<String> {
         let mut v = Vec::new();
-        for grouped in [false, true] {
-            for m in 1..=crate::gemv::GEMV_MAX_M {
-                for bits in super::BITS {
-                    for d in crate::gemv::GEMV_DTYPES {
-                        v.push(gemv(grouped, m, bits, d));
+        for slots in [false, true] {
+            for grouped in [false, true] {
+                for m in 1..=crate::gemv::GEMV_MAX_M {
+                    for bits in super::BITS {
+                        for d in crate::gemv::GEMV_DTYPES {
+                            v.push(gemv(grouped, slots, m, bits, d));
+                        }
                     }
                 }
             }

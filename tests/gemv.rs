@@ -21,7 +21,7 @@ mod common;
 use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
 use kbit::{Codebook, Context, Dtype, Element, Error, KbitWeight, Shape, TiledWeight, reference};
-use kbit_format::{e4m4, gemv as g, planes, tile};
+use kbit_format::{e4m4, gemv as g, gemv_slots as gs, planes, tile};
 use rand::Rng;
 use rand::rngs::SmallRng;
 use rayon::prelude::*;
@@ -89,12 +89,19 @@ fn check_close<T: Element>(got: &[T], want: &[f64], what: &str) -> f64 {
 // ---------------------------------------------------------------------------
 // The bit-exact CPU model of the kernels' arithmetic (kbit_format::gemv docs)
 
-/// `y[m, N]` exactly as the kernels compute it: per column and row, warp
-/// slot `w` of `W = warps(K)` walks tiles `w, w + W, …`; per tile and half
-/// a block dot product `d` (one f32 FMA chain over the 32 elements in
-/// order) is folded into the half's accumulator as `fma(d, scale, a_h)`;
-/// the slot partial is `a_0 + a_1`, and the partials are added in slot order.
+/// `y[m, N]` exactly as the kernels compute it: the variant the shape
+/// takes (`kbit_format::gemv::uses_slots`), then its summation order.
 fn model<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
+    let shape = w.shape();
+    if g::uses_slots(shape.n, shape.k) { model_slots(x, m, w) } else { model_blocks(x, m, w) }
+}
+
+/// The block variant (`kbit_format::gemv`): per column and row, warp slot
+/// `w` of `W = warps(K)` walks tiles `w, w + W, …`; per tile and half a
+/// block dot product `d` (one f32 FMA chain over the 32 elements in order)
+/// is folded into the half's accumulator as `fma(d, scale, a_h)`; the slot
+/// partial is `a_0 + a_1`, and the partials are added in slot order.
+fn model_blocks<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
     let shape = w.shape();
     let (n_dim, k_dim) = (shape.n, shape.k);
     let bits = w.codebook().bits() as u64;
@@ -126,6 +133,57 @@ fn model<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
                                 *a = d.mul_add(sc, *a);
                             }
                             kt += slots;
+                        }
+                        let p = acc[0] + acc[1];
+                        total = if slot == 0 { p } else { total + p };
+                    }
+                    T::from_f32_rne(total)
+                })
+                .collect()
+        })
+        .collect();
+    let mut y = vec![T::from_f32_rne(0.0); m * n_dim];
+    for (n, col) in cols.iter().enumerate() {
+        for (r, v) in col.iter().enumerate() {
+            y[r * n_dim + n] = *v;
+        }
+    }
+    y
+}
+
+/// The column-slot variant (`kbit_format::gemv_slots`): slot `s` of
+/// `S = slots(N, K)` accumulates tiles `s, s + S, …` element by element into
+/// two f32 FMA chains (even and odd elements) of `f32(cb · scale) · x`, its
+/// partial is their sum, and the partials are added in slot order.
+fn model_slots<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
+    let shape = w.shape();
+    let (n_dim, k_dim) = (shape.n, shape.k);
+    let bits = w.codebook().bits() as u64;
+    let cb = w.codebook().values();
+    let s = gs::slots(n_dim, k_dim) as usize;
+    let k_tiles = tile::k_tiles(k_dim);
+    let cols: Vec<Vec<T>> = (0..n_dim)
+        .into_par_iter()
+        .map(|n| {
+            (0..m)
+                .map(|r| {
+                    let mut total = 0.0f32;
+                    for slot in 0..s {
+                        let mut acc = [0.0f32; 2];
+                        let mut kt = slot;
+                        while kt < k_tiles {
+                            for e in 0..64 {
+                                let kb = (2 * kt + e / 32) as u64;
+                                let wi = tile::word_index(n_dim as u64, n as u64, kb, bits) as usize;
+                                let idx = planes::index(&w.packed()[wi..wi + bits as usize], e % 32);
+                                let sc =
+                                    e4m4::decode(w.scales()[tile::scale_index(n_dim as u64, n as u64, kb) as usize]);
+                                let wv = cb[idx as usize] * sc;
+                                let pos = kt * 64 + e;
+                                let xv = if pos < k_dim { x[r * k_dim + pos].to_f32() } else { 0.0 };
+                                acc[e % 2] = wv.mul_add(xv, acc[e % 2]);
+                            }
+                            kt += s;
                         }
                         let p = acc[0] + acc[1];
                         total = if slot == 0 { p } else { total + p };
@@ -213,8 +271,25 @@ fn warps_depend_on_k_only() {
     assert_eq!(g::warps(8192), 16);
 }
 
-/// The bit-exact model is itself within the tolerance of the f64 reference
-/// (so the GPU, which must match it bit for bit, is too).
+/// The K split depends on the shape only, is a power of two in 1..=32 and
+/// never more than the K tiles need.
+#[test]
+fn column_slots_depend_on_the_shape_only() {
+    for n in [1usize, 7, 129, 512, 2048, 4096, 4100, 5120, 14336, 28672, 1 << 20] {
+        for k in [32usize, 64, 96, 512, 2048, 5120, 8192, 28672] {
+            let s = gs::slots(n, k);
+            assert!(s.is_power_of_two() && (1..=32).contains(&s), "{n}x{k}: {s}");
+            assert!(s as usize <= tile::k_tiles(k).next_power_of_two(), "{n}x{k}: {s}");
+            assert_eq!(s, gs::slots(n, k));
+        }
+    }
+    assert_eq!(gs::slots(512, 2048), 32);
+    assert_eq!(gs::slots(14336, 4096), 4);
+    assert_eq!(gs::slots(4096, 32), 1);
+}
+
+/// Both bit-exact models are themselves within the tolerance of the f64
+/// reference (so the GPU, which must match them bit for bit, is too).
 #[test]
 fn cpu_model_matches_f64_reference() {
     let mut rng = common::rng("cpu_model_matches_f64_reference");
@@ -226,10 +301,12 @@ fn cpu_model_matches_f64_reference() {
             let wd: Vec<f32> = reference::dequantize_tiled(&w);
             let x: Vec<f16> = common::gaussian(&mut rng, 3 * k, 1.0);
             let want = reference::matmul_f64(&x, 3, &wd, shape).unwrap();
-            check_close(&model(&x, 3, &w), &want, &format!("model f16 {n}x{k} k={bits}"));
+            check_close(&model_slots(&x, 3, &w), &want, &format!("slot model f16 {n}x{k} k={bits}"));
+            check_close(&model_blocks(&x, 3, &w), &want, &format!("block model f16 {n}x{k} k={bits}"));
             let xb: Vec<bf16> = common::gaussian(&mut rng, 3 * k, 1.0);
             let want = reference::matmul_f64(&xb, 3, &wd, shape).unwrap();
-            check_close(&model(&xb, 3, &w), &want, &format!("model bf16 {n}x{k} k={bits}"));
+            check_close(&model_slots(&xb, 3, &w), &want, &format!("slot model bf16 {n}x{k} k={bits}"));
+            check_close(&model_blocks(&xb, 3, &w), &want, &format!("block model bf16 {n}x{k} k={bits}"));
         }
     }
 }
@@ -314,7 +391,11 @@ fn gemv_matches_the_cpu_model_bit_for_bit() {
             common::assert_bits_eq(&got, &model(&x[..m * shape.k], m, tw), &format!("{what} {:?} M={m}", T::DTYPE));
         }
     }
-    for &(k, n) in &[(2048usize, 512usize), (96, 129), (8192, 7), (160, 4100), (32, 64), (512, 2048)] {
+    // The last shape (2^25 weights and more, N not a multiple of 32) takes
+    // the block variant; the others the column-slot variant.
+    let shapes = [(2048usize, 512usize), (96, 129), (8192, 7), (160, 4100), (32, 64), (512, 2048), (8192, 4100)];
+    assert!(g::uses_slots(512, 2048) && !g::uses_slots(4100, 8192));
+    for &(k, n) in &shapes {
         let shape = Shape::new(n, k).unwrap();
         for bits in 2..=5 {
             let cb = random_codebook(&mut rng, bits);
@@ -447,6 +528,26 @@ fn grouped_gemv_sixty_four_single_rows() {
     // Most experts empty, the rest full.
     let sparse: Vec<usize> = (0..64).map(|e| if e % 9 == 4 { 3 } else { 0 }).collect();
     run_grouped::<f16>(&ctx, &mut rng, &tws, &experts, &sparse, 3, "64 experts sparse f16");
+}
+
+/// Experts large enough for the block variant (2^25 weights each, N not a
+/// multiple of 32): rows [2, 0, 1, 4], max_m = 4, every expert equal to the
+/// dense kernel alone.
+#[test]
+fn grouped_gemv_block_variant() {
+    let test = "grouped_gemv_block_variant";
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    let shape = Shape::new(4100, 8192).unwrap();
+    assert!(!g::uses_slots(shape.n, shape.k));
+    for bits in [2, 5] {
+        let tws = random_experts(&mut rng, 4, shape, bits);
+        let experts = ctx.upload_experts(&tws).unwrap();
+        let what = format!("block variant k={bits}");
+        let worst = run_grouped::<f16>(&ctx, &mut rng, &tws, &experts, &[2, 0, 1, 4], 4, &what);
+        let worst = worst.max(run_grouped::<bf16>(&ctx, &mut rng, &tws, &experts, &[2, 0, 1, 4], 4, &what));
+        eprintln!("{test}: k={bits}: max|y-ref|/max(|ref|,1) {worst:.2e}");
+    }
 }
 
 /// A single expert holding all rows; the grouped call is then exactly the

@@ -202,6 +202,17 @@ pub const fn x_tile_floats(m: u32) -> u32 {
     2 * X_HALF_FLOATS * m
 }
 
+/// Whether a `[n, k]` matrix takes the column-slot variant
+/// ([`crate::gemv_slots`]) rather than the block variant of this module:
+/// matrices of fewer than 2^25 weights (the Qwen3-size dense and MoE
+/// layers), where the column-slot variant spreads better over the GPU and
+/// pays less per-block setup; larger ones (Llama-size) stream faster
+/// through the block variant. It depends on the shape alone, so dense and
+/// grouped calls of one shape sum in the same order.
+pub const fn uses_slots(n: usize, k: usize) -> bool {
+    n.saturating_mul(k) < 1 << 25
+}
+
 /// Number of warps (K slots) per block, `W`: the smallest power of two
 /// that covers the K tiles, at most [`MAX_WARPS`]. It depends only on the
 /// shape, so it fixes the summation order (module docs).

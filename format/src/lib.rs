@@ -23,6 +23,7 @@ extern crate std;
 
 pub mod e4m4;
 pub mod gemv;
+pub mod gemv_slots;
 pub mod mma;
 #[cfg(feature = "std")]
 pub mod nf;

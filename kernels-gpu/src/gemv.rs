@@ -203,7 +203,7 @@ unsafe fn read_unit<const K: usize>(stage: u32, sp: Spans, lane: u32) -> Unit<K>
 /// # Safety
 /// `cb` holds `2^K` floats; the table fits the dynamic shared memory.
 #[inline(always)]
-unsafe fn build_table<const K: usize>(cb: *const f32, table: u32) {
+pub(crate) unsafe fn build_table<const K: usize>(cb: *const f32, table: u32) {
     let entry = |i: u32| unsafe { ptx::ld_nc_u32((cb as *const u32).add(i as usize)) };
     let nt = ptx::block_dim();
     let mut f = ptx::tid();
@@ -633,7 +633,7 @@ pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>>(
 /// # Safety
 /// `offsets` holds `num_experts + 1` values; all 32 lanes of the warp call it.
 #[inline(always)]
-unsafe fn expert_of_row(offsets: *const u32, num_experts: u32, row: u32) -> u32 {
+pub(crate) unsafe fn expert_of_row(offsets: *const u32, num_experts: u32, row: u32) -> u32 {
     let mut count = 0u32;
     let mut e = ptx::lane() + 1;
     while e < num_experts {

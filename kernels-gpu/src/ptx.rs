@@ -529,6 +529,20 @@ pub unsafe fn ld_stream_u8(p: *const u8, policy: u64) -> u32 {
     r as u32
 }
 
+/// As [`ld_stream_v4`], 2 bytes: the two E4M4 scale bytes of a column's K tile. sm_80.
+///
+/// # Safety
+/// `p` is a valid, 2-aligned global pointer not written during the kernel.
+#[inline(always)]
+pub unsafe fn ld_stream_u16(p: *const u16, policy: u64) -> u16 {
+    let r: u16;
+    unsafe {
+        asm!("ld.global.nc.L1::evict_first.L2::cache_hint.b16 {r}, [{p}], {q};",
+             r = out(reg16) r, p = in(reg64) p, q = in(reg64) policy)
+    }
+    r
+}
+
 /// `prmt.b32`: byte permute; with `b = 0` and selector `0x444m` it extracts
 /// byte `m` of `a` zero-extended, one instruction per decode-table field. Any SM.
 #[inline(always)]

@@ -1,0 +1,104 @@
+//! The contract of the column-slot scalar GEMV, the variant for small
+//! matrices (`kbit_format::gemv::uses_slots`): launch geometry, the staged
+//! activation layout, and the K split that fixes its summation order. It
+//! decodes with the same table fields as the block variant
+//! ([`crate::gemv`]).
+//!
+//! # Work mapping
+//!
+//! A block owns `C` consecutive columns and all of K; its `C·S` threads are
+//! (column, K slot) pairs: thread `t` is column `t % C`, slot `t / C`. Each
+//! thread loads its own column's `2k` plane words per K tile, so narrow
+//! matrices can still spread over the whole GPU (up to 32 slots per
+//! column).
+//!
+//! # Summation order (the numerics contract)
+//!
+//! For a column `n` and row `r`, with `S = slots(N, K)`: slot `s` owns the K
+//! tiles `kt = s, s + S, s + 2S, …` and walks them in increasing order; in a
+//! tile it walks the 64 elements `e` in increasing order and does
+//! `acc[e % 2] = fma(w_e, x_e, acc[e % 2])` in f32, where
+//! `w_e = f32(cb[idx_e] · e4m4::decode(scale))` and `x_e` is the activation
+//! widened to f32 (0 past K). The slot's partial is `acc[0] + acc[1]`; the
+//! output is `((p_0 + p_1) + p_2) + … + p_{S-1}`, rounded to nearest even.
+//! Nothing here depends on M, on the launch geometry or on the GPU, so the
+//! grouped kernel reproduces the dense one bit for bit.
+
+use crate::tile;
+
+/// Largest number of K slots per column.
+pub const MAX_SLOTS: u32 = 32;
+
+/// Largest block the host launches (keeps every kernel within 128 registers).
+pub const MAX_THREADS: u32 = 512;
+
+/// f32 values per staged K tile of activations: `M` rows of 64, plus 4 of
+/// padding so that slots sharing a warp read different banks.
+#[inline(always)]
+pub const fn x_tile_floats(m: u32) -> u32 {
+    64 * m + 4
+}
+
+/// Number of K slots per column, `S`: a power of two in 1..=32 that depends
+/// only on the shape, so it fixes the summation order (module docs).
+/// Narrow matrices get more slots, to spread their few columns over the GPU.
+pub const fn slots(n: usize, k: usize) -> u32 {
+    let k_tiles = tile::k_tiles(k);
+    let per_col = match 65536usize.checked_div(n) {
+        Some(v) => v,
+        None => MAX_SLOTS as usize,
+    };
+    let mut s = 4u32;
+    while s < MAX_SLOTS && (2 * s as usize) <= per_col {
+        s *= 2;
+    }
+    let tiles = if k_tiles == 0 { 1 } else { k_tiles.next_power_of_two() };
+    if (s as usize) < tiles { s } else { tiles as u32 }
+}
+
+/// Launch geometry of one GEMV call, as log2 values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// log2 of the columns per block (`C`).
+    pub log_cols: u32,
+    /// log2 of the K slots per column (`S`).
+    pub log_slots: u32,
+    /// log2 of the loop iterations whose activations are staged at once (`R`).
+    pub log_chunk: u32,
+}
+
+impl Geometry {
+    /// Columns per block.
+    pub const fn cols(&self) -> u32 {
+        1 << self.log_cols
+    }
+    /// K slots per column.
+    pub const fn slots(&self) -> u32 {
+        1 << self.log_slots
+    }
+    /// Loop iterations per staged chunk of activations.
+    pub const fn chunk(&self) -> u32 {
+        1 << self.log_chunk
+    }
+    /// Threads per block: thread `t` is column `t % C`, slot `t / C`.
+    pub const fn threads(&self) -> u32 {
+        self.cols() * self.slots()
+    }
+    /// The one `u32` kernel argument: `log_cols | log_slots << 8 | log_chunk << 16`.
+    pub const fn pack(&self) -> u32 {
+        self.log_cols | self.log_slots << 8 | self.log_chunk << 16
+    }
+    /// Inverse of [`Geometry::pack`].
+    #[inline(always)]
+    pub const fn unpack(g: u32) -> Self {
+        Self { log_cols: g & 0xFF, log_slots: (g >> 8) & 0xFF, log_chunk: (g >> 16) & 0xFF }
+    }
+    /// Dynamic shared memory in bytes for `m` rows at bit width `bits`: the
+    /// decode table, then the staged activations (`R·S` tiles), whose space
+    /// the final slot reduction (`S·M·C` floats) reuses.
+    pub const fn smem_bytes(&self, bits: u32, m: u32) -> u32 {
+        let x = self.chunk() * self.slots() * x_tile_floats(m) * 4;
+        let red = self.slots() * m * self.cols() * 4;
+        crate::gemv::table_bytes(bits) + if x > red { x } else { red }
+    }
+}

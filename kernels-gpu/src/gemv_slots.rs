@@ -1,0 +1,557 @@
+//! Scalar GEMV, column-slot variant: `y[M, N] = x[M, K] · Wᵀ` for
+//! M = 1..4 on the runtime (tiled) layout, dense (kernel 1) and grouped over
+//! MoE experts (kernel 4), for the small matrices that
+//! `kbit_format::gemv::uses_slots` gives it (the block variant in
+//! [`crate::gemv`] takes the others). f16 or bf16 activations, f32
+//! accumulation, deterministic.
+//!
+//! # Work mapping
+//!
+//! A block owns `C` consecutive columns and all of K; its `C·S` threads are
+//! (column, K slot) pairs: thread `t` is column `t % C`, slot `t / C` (`C`,
+//! `S` and the staging chunk `R` are powers of two packed in `geom`, see
+//! `kbit_format::gemv_slots::Geometry`). Slot `s` takes the K tiles
+//! `kt = s, s + S, s + 2S, …`; for one tile the thread loads its column's
+//! 2k plane words (contiguous: k = 2 one 16-byte load, k = 4 two, k = 3 and
+//! 5 three or five 8-byte loads) and the two scale bytes, so consecutive
+//! lanes read one contiguous span. When `C ≥ 32` a warp is 32 columns of
+//! one slot; when `C < 32` (narrow matrices, to fill the GPU) a warp holds
+//! `32 / C` slots. Weight loads run two tiles ahead of the math (three
+//! register buffers used in turn, the loop unrolled by three), evict-first
+//! in L1 and L2: a column's later loads hit the sectors its first load
+//! brought into L1, and nothing of the weights is worth keeping in L2.
+//!
+//! # Activations and decode
+//!
+//! `x` for `R·S` consecutive tiles is staged in shared memory as f32
+//! (`[tile][row][64]`, 4 floats of padding per tile so that slots sharing a
+//! warp hit different banks); lanes of one slot read it with broadcast
+//! 16-byte loads. Rows past the caller's row count and columns past K are
+//! staged as zeros, so `x` is never read out of bounds and the zero half
+//! tile of `K % 64 == 32` contributes exactly 0. Bit planes are turned into
+//! table fields with a few shifts and masks (`kbit_format::gemv`), and one
+//! shared-memory load dequantizes a whole field: four codebook values for
+//! k = 2, two for k = 3, 4 (per-lane replicated tables, conflict-free), one
+//! for k = 5.
+//! Each weight is `f32(cb · scale)`, formed once and FMA'd into all M rows.
+//!
+//! # Reduction
+//!
+//! Every thread keeps two f32 accumulators per row (even and odd elements
+//! of the tile, for instruction-level parallelism). At the end the `S` slot
+//! partials of each (row, column) go through shared memory and one thread
+//! adds them in slot order. The order is fixed by `S`, which the host
+//! derives from the shape alone (`kbit_format::gemv_slots::slots`), so results
+//! are identical run to run and the grouped kernel matches the dense one bit
+//! for bit. No atomics, no cross-block traffic.
+//!
+//! # Grouped
+//!
+//! The grid is `total_rows × column blocks`. Block `(row, cb)` finds the
+//! expert owning `row` (each warp counts the offsets `≤ row`, a cached scan
+//! with no dependent loads); only the block of an expert's first row
+//! works, on `min(rows, max_m)` rows. Empty experts own no row and launch
+//! nothing; the other row blocks exit after the scan.
+
+use crate::elem::{Bf16, Elem, F16};
+use crate::gemv::{build_table, expert_of_row};
+use crate::ptx;
+use core::num::NonZeroU32;
+use kbit_format::gemv as g;
+use kbit_format::gemv_slots::{self as gs, Geometry};
+use kbit_format::{MAX_BITS, e4m4, tile};
+
+/// One column's K tile: planes of both 32-value blocks and the two scale
+/// bytes (`h = 0` in bits 0..8, `h = 1` in bits 8..16).
+#[derive(Clone, Copy)]
+struct Tile<const K: usize> {
+    planes: [[u32; K]; 2],
+    scales: u32,
+}
+
+impl<const K: usize> Tile<K> {
+    const ZERO: Self = Self { planes: [[0; K]; 2], scales: 0 };
+}
+
+/// Where the next tile of a thread's column lies: its words and scale
+/// bytes, and how far the following tile (`kt + S`) is.
+#[derive(Clone, Copy)]
+struct Cursor {
+    words: *const u32,
+    scales: *const u8,
+    word_step: usize,
+    scale_step: usize,
+}
+
+impl Cursor {
+    /// The cursor of tile `kt` of column `n` (`tile::word_index`,
+    /// `tile::scale_index`; 64-bit math), stepping `slots` tiles at a time.
+    #[inline(always)]
+    fn new<const K: usize>(packed: *const u32, scales: *const u8, n_dim: u64, n: u64, kt: u64, slots: u64) -> Self {
+        // Block (n, 2·kt) is h = 0 of tile kt; h = 1 and its planes follow.
+        let w = tile::word_index(n_dim, n, 2 * kt, K as u64);
+        let s = tile::scale_index(n_dim, n, 2 * kt);
+        Self {
+            words: packed.wrapping_add(w as usize),
+            scales: scales.wrapping_add(s as usize),
+            word_step: (slots * n_dim * 2 * K as u64) as usize,
+            scale_step: (slots * n_dim * 2) as usize,
+        }
+    }
+
+    /// Moves to the slot's next tile (the pointer may then lie past the
+    /// matrix: it is only read while the tile exists).
+    #[inline(always)]
+    fn advance(&mut self) {
+        self.words = self.words.wrapping_add(self.word_step);
+        self.scales = self.scales.wrapping_add(self.scale_step);
+    }
+
+    /// Loads the tile under the cursor: `2K` words (k = 2: one 16-byte
+    /// load, k = 4: two; k = 3, 5: 8-byte loads, as their columns are only
+    /// 8-aligned) and the 2 scale bytes.
+    ///
+    /// # Safety
+    /// The tile exists; `packed` is 16-aligned.
+    #[inline(always)]
+    unsafe fn load<const K: usize>(&self, policy: u64) -> Tile<K> {
+        let w = self.words;
+        let mut words = [0u32; 2 * MAX_BITS as usize];
+        unsafe {
+            match K {
+                2 => {
+                    let a = ptx::ld_stream_v4(w, policy);
+                    words[0] = a[0];
+                    words[1] = a[1];
+                    words[2] = a[2];
+                    words[3] = a[3];
+                }
+                4 => {
+                    let a = ptx::ld_stream_v4(w, policy);
+                    let b = ptx::ld_stream_v4(w.add(4), policy);
+                    words[0] = a[0];
+                    words[1] = a[1];
+                    words[2] = a[2];
+                    words[3] = a[3];
+                    words[4] = b[0];
+                    words[5] = b[1];
+                    words[6] = b[2];
+                    words[7] = b[3];
+                }
+                _ => {
+                    for i in 0..K {
+                        let a = ptx::ld_stream_v2(w.add(2 * i), policy);
+                        words[2 * i] = a[0];
+                        words[2 * i + 1] = a[1];
+                    }
+                }
+            }
+            Tile {
+                planes: core::array::from_fn(|h| core::array::from_fn(|j| words[h * K + j])),
+                scales: ptx::ld_stream_u16(self.scales as *const u16, policy) as u32,
+            }
+        }
+    }
+}
+
+/// Stages `x` for tiles `first_tile .. first_tile + tiles` as f32 at shared
+/// address `xs` (`[tile][row][64]`, tile stride `x_tile_floats(M)`): each
+/// thread converts 8 values (one 16-byte load) per step. Rows `≥ rows` and
+/// columns `≥ k_dim` are written as zeros without reading `x`.
+///
+/// # Safety
+/// `x` holds `rows` rows of `k_dim` values and is 16-aligned; the staged
+/// tiles fit the dynamic shared memory.
+#[inline(always)]
+unsafe fn stage_x<const M: usize, T: Elem<Raw = u16>>(
+    x: *const u16,
+    k_dim: u32,
+    rows: u32,
+    first_tile: u32,
+    tiles: u32,
+    xs: u32,
+) {
+    let stride = gs::x_tile_floats(M as u32);
+    let units = tiles * M as u32 * 8;
+    let mut u = ptx::tid();
+    while u < units {
+        let o = u & 7;
+        let rest = u >> 3;
+        let r = rest % M as u32;
+        let tc = rest / M as u32;
+        let pos = (first_tile + tc) as u64 * 64 + 8 * o as u64;
+        let mut v = [0u32; 8];
+        if r < rows && pos < k_dim as u64 {
+            let raw = unsafe { ptx::ld_nc_v4(x.add((r as u64 * k_dim as u64 + pos) as usize) as *const u32) };
+            for i in 0..4 {
+                v[2 * i] = T::to_f32(raw[i] as u16).to_bits();
+                v[2 * i + 1] = T::to_f32((raw[i] >> 16) as u16).to_bits();
+            }
+        }
+        let dst = xs + (tc * stride + r * 64 + 8 * o) * 4;
+        unsafe {
+            ptx::st_shared_v4(dst, [v[0], v[1], v[2], v[3]]);
+            ptx::st_shared_v4(dst + 16, [v[4], v[5], v[6], v[7]]);
+        }
+        u += ptx::block_dim();
+    }
+}
+
+/// The staged activations of 8 consecutive K positions, all rows.
+///
+/// # Safety
+/// `addr` is 16-aligned and inside a staged tile.
+#[inline(always)]
+unsafe fn load_x8<const M: usize>(addr: u32) -> [[f32; 8]; M] {
+    core::array::from_fn(|r| {
+        let row = addr + 256 * r as u32;
+        let (a, b) = unsafe { (ptx::ld_shared_v4(row), ptx::ld_shared_v4(row + 16)) };
+        [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]].map(f32::from_bits)
+    })
+}
+
+/// Accumulates one tile of one column into `acc` in element order
+/// (`acc[e % 2][r] = fma(w_e, x[r][e], acc[e % 2][r])`, e = 0..64): the two
+/// 32-value blocks one after the other, each with its own scale. Written as
+/// two calls, not a loop, so that no array is indexed by a loop counter
+/// that might stay a run-time value (it would live on the stack).
+///
+/// # Safety
+/// As [`fma_block`].
+#[inline(always)]
+unsafe fn fma_tile<const M: usize, const K: usize>(t: &Tile<K>, table: u32, xs: u32, acc: &mut [[f32; M]; 2]) {
+    unsafe {
+        fma_block::<M, K>(&t.planes[0], t.scales & 0xFF, table, xs, acc);
+        fma_block::<M, K>(&t.planes[1], (t.scales >> 8) & 0xFF, table, xs + 4 * 32, acc);
+    }
+}
+
+/// Accumulates one 32-value block (planes, E4M4 scale byte) whose staged
+/// activations start at `xs` (row stride 64 floats).
+///
+/// `table` is this lane's copy of the decode table (k ≤ 4) or the table
+/// (k = 5). k = 2 decodes 4 elements per table load, k = 3, 4 two, k = 5 one.
+///
+/// # Safety
+/// The table and the block's activations are staged and published.
+#[inline(always)]
+unsafe fn fma_block<const M: usize, const K: usize>(
+    planes: &[u32; K],
+    scale: u32,
+    table: u32,
+    xs: u32,
+    acc: &mut [[f32; M]; 2],
+) {
+    let scale = e4m4::decode(scale as u8);
+    if K == 2 {
+        let fields = g::quad_words::<K>(planes);
+        for m8 in 0..4u32 {
+            let x = unsafe { load_x8::<M>(xs + 32 * m8) };
+            let fa = ptx::prmt(fields[0], 0, 0x4440 | m8);
+            let fb = ptx::prmt(fields[1], 0, 0x4440 | m8);
+            let (a, b) = unsafe {
+                (ptx::ld_shared_v4(table + fa * g::FIELD_BYTES), ptx::ld_shared_v4(table + fb * g::FIELD_BYTES))
+            };
+            // Quad a is elements 8m8 + {0, 1, 4, 5}, quad b + {2, 3, 6, 7}.
+            let v = [a[0], a[1], b[0], b[1], a[2], a[3], b[2], b[3]];
+            for c in 0..8 {
+                let w = ptx::mul_rn_f32(f32::from_bits(v[c]), scale);
+                for r in 0..M {
+                    acc[c % 2][r] = ptx::fma_rn_f32(w, x[r][c], acc[c % 2][r]);
+                }
+            }
+        }
+    } else if K <= 4 {
+        let fields = g::pair_words::<K>(planes);
+        for m8 in 0..4u32 {
+            let x = unsafe { load_x8::<M>(xs + 32 * m8) };
+            for q in 0..4 {
+                let f = ptx::prmt(fields[q], 0, 0x4440 | m8);
+                let v = unsafe { ptx::ld_shared_v2(table + f * g::FIELD_BYTES) };
+                let w0 = ptx::mul_rn_f32(f32::from_bits(v[0]), scale);
+                let w1 = ptx::mul_rn_f32(f32::from_bits(v[1]), scale);
+                for r in 0..M {
+                    acc[0][r] = ptx::fma_rn_f32(w0, x[r][2 * q], acc[0][r]);
+                    acc[1][r] = ptx::fma_rn_f32(w1, x[r][2 * q + 1], acc[1][r]);
+                }
+            }
+        }
+    } else {
+        let fields = g::wide_words::<K>(planes);
+        for m8 in 0..4u32 {
+            let x = unsafe { load_x8::<M>(xs + 32 * m8) };
+            for c in 0..8 {
+                let f = ptx::prmt(fields[c], 0, 0x4440 | m8);
+                let w = ptx::mul_rn_f32(f32::from_bits(unsafe { ptx::ld_shared_u32(table + 4 * f) }), scale);
+                for r in 0..M {
+                    acc[c % 2][r] = ptx::fma_rn_f32(w, x[r][c], acc[c % 2][r]);
+                }
+            }
+        }
+    }
+}
+
+/// The GEMV of one block: `C` columns starting at `col_block·C`, all of K,
+/// `rows ≤ M` rows of `x` (row stride `k_dim`) into `y` (row stride `n_dim`).
+///
+/// # Safety
+/// The pointers describe an `[n_dim, k_dim]` runtime-layout matrix with its
+/// `2^K`-entry codebook, `rows` rows of activations (16-aligned) and of
+/// outputs; the launch has `C·S` threads and `Geometry::smem_bytes` of
+/// dynamic shared memory.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
+    packed: *const u32,
+    scales: *const u8,
+    cb: *const f32,
+    x: *const u16,
+    y: *mut u16,
+    rows: u32,
+    n_dim: u32,
+    k_dim: u32,
+    geom: u32,
+    col_block: u32,
+) {
+    let geo = Geometry::unpack(geom);
+    let t = ptx::tid();
+    let cols = geo.cols();
+    let col = t & (cols - 1);
+    let slot = t >> geo.log_cols;
+    let n_dim = n_dim as u64;
+    let first_col = col_block as u64 * cols as u64;
+    let n = first_col + col as u64;
+    let col_ok = n < n_dim;
+    let k_tiles = (k_dim >> 6) + (k_dim & 63 != 0) as u32;
+    let n_iter = (k_tiles + geo.slots() - 1) >> geo.log_slots;
+    let chunk_mask = geo.chunk() - 1;
+
+    let base = ptx::smem_base();
+    let xs = base + g::table_bytes(K as u32);
+    // This lane's copy of the decode table.
+    let table = match K {
+        2 => base + (t % g::QUAD_REPLICAS) * g::QUAD_ENTRY_BYTES,
+        3 | 4 => base + (t % g::PAIR_REPLICAS) * g::PAIR_ENTRY_BYTES,
+        _ => base,
+    };
+    let x_tile_bytes = gs::x_tile_floats(M as u32) * 4;
+    let policy = ptx::policy_evict_first();
+    let kt_of = |i: u32| (i << geo.log_slots) + slot;
+    let ok = |i: u32| col_ok && kt_of(i) < k_tiles;
+    // `ahead` points at the next tile to load; loads run two tiles ahead of
+    // the math, into three buffers used in turn (no register moves).
+    let mut ahead = Cursor::new::<K>(packed, scales, n_dim, n, slot as u64, geo.slots() as u64);
+    let mut fetch = |i: u32, t: &mut Tile<K>| {
+        if ok(i) {
+            *t = unsafe { ahead.load::<K>(policy) };
+        }
+        ahead.advance();
+    };
+    let (mut ta, mut tb, mut tc) = (Tile::<K>::ZERO, Tile::<K>::ZERO, Tile::<K>::ZERO);
+    fetch(0, &mut ta);
+    fetch(1, &mut tb);
+    unsafe { build_table::<K>(cb, base) };
+
+    let mut acc = [[0f32; M]; 2];
+    // Iteration i: stage activations when a chunk starts, then tile i.
+    macro_rules! step {
+        ($i:expr, $t:expr) => {{
+            let i: u32 = $i;
+            if i & chunk_mask == 0 {
+                // Everyone is done with the previous chunk (and the table is
+                // written); stage the next R·S tiles; publish.
+                ptx::bar_sync();
+                unsafe { stage_x::<M, T>(x, k_dim, rows, i << geo.log_slots, geo.chunk() << geo.log_slots, xs) };
+                ptx::bar_sync();
+            }
+            if ok(i) {
+                let staged = ((i & chunk_mask) << geo.log_slots) + slot;
+                unsafe { fma_tile::<M, K>(&$t, table, xs + staged * x_tile_bytes, &mut acc) };
+            }
+        }};
+    }
+    let mut i = 0;
+    while i < n_iter {
+        fetch(i + 2, &mut tc);
+        step!(i, ta);
+        if i + 1 >= n_iter {
+            break;
+        }
+        fetch(i + 3, &mut ta);
+        step!(i + 1, tb);
+        if i + 2 >= n_iter {
+            break;
+        }
+        fetch(i + 4, &mut tb);
+        step!(i + 2, tc);
+        i += 3;
+    }
+
+    // Slot partials `red[slot][row][col]` over the staged activations, then
+    // one thread per (row, column) adds them in slot order.
+    ptx::bar_sync();
+    for r in 0..M {
+        let p = ptx::add_rn_f32(acc[0][r], acc[1][r]);
+        unsafe { ptx::st_shared_f32(xs + ((slot * M as u32 + r as u32) * cols + col) * 4, p) };
+    }
+    ptx::bar_sync();
+    let mut q = t;
+    while q < cols * M as u32 {
+        let r = q >> geo.log_cols;
+        let c = q & (cols - 1);
+        let mut v = unsafe { ptx::ld_shared_f32(xs + (r * cols + c) * 4) };
+        for s in 1..geo.slots() {
+            v = ptx::add_rn_f32(v, unsafe { ptx::ld_shared_f32(xs + ((s * M as u32 + r) * cols + c) * 4) });
+        }
+        let nn = first_col + c as u64;
+        if r < rows && nn < n_dim {
+            unsafe { *y.add((r as u64 * n_dim + nn) as usize) = T::from_f32(v) };
+        }
+        q += ptx::block_dim();
+    }
+}
+
+/// Body of `kbit_gemv_m{M}_k{K}_{T}`: block `b` computes columns
+/// `b·C .. (b+1)·C` of all `M` rows.
+///
+/// # Safety
+/// As [`body`] with `rows = M`; grid `ceil(N / C)` blocks.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>>(
+    packed: *const u32,
+    scales: *const u8,
+    cb: *const f32,
+    x: *const u16,
+    y: *mut u16,
+    n_dim: u32,
+    k_dim: u32,
+    geom: u32,
+) {
+    unsafe { body::<M, K, T>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, ptx::bid()) }
+}
+
+/// Body of `kbit_grouped_gemv_m{M}_k{K}_{T}` (M = max_m): block
+/// `b = row·col_blocks + cb`; the block of an expert's first row computes
+/// column block `cb` of that expert's `min(rows, M, total_rows − row)` rows
+/// with exactly the dense code path; every other block returns.
+///
+/// # Safety
+/// `packed`/`scales` hold `num_experts` matrices `[n_dim, k_dim]` back to
+/// back (`tile::words` / `tile::scales` apart); `offsets` holds
+/// `num_experts + 1` values (if they are not non-decreasing from 0 with
+/// `offsets[E] = total_rows`, results are unspecified but every access stays
+/// inside `total_rows` rows); `x`/`y` hold `total_rows` rows.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
+    packed: *const u32,
+    scales: *const u8,
+    cb: *const f32,
+    x: *const u16,
+    y: *mut u16,
+    offsets: *const u32,
+    num_experts: u32,
+    total_rows: u32,
+    n_dim: u32,
+    k_dim: u32,
+    geom: u32,
+    col_blocks: u32,
+) {
+    let Some(col_blocks) = NonZeroU32::new(col_blocks) else { return };
+    let b = ptx::bid();
+    let row = b / col_blocks;
+    let col_block = b % col_blocks;
+    if row >= total_rows {
+        return;
+    }
+    let e = unsafe { expert_of_row(offsets, num_experts, row) };
+    let (start, end) =
+        unsafe { (ptx::ld_nc_u32(offsets.add(e as usize)), ptx::ld_nc_u32(offsets.add(e as usize + 1))) };
+    if start != row {
+        return;
+    }
+    let rows = end.saturating_sub(start).min(M as u32).min(total_rows - row);
+    if rows == 0 {
+        return;
+    }
+    let e = e as u64;
+    let words = tile::words(n_dim as usize, k_dim as usize, K) as u64;
+    let bytes = tile::scales(n_dim as usize, k_dim as usize) as u64;
+    unsafe {
+        body::<M, K, T>(
+            packed.add((e * words) as usize),
+            scales.add((e * bytes) as usize),
+            cb,
+            x.add((row as u64 * k_dim as u64) as usize),
+            y.add((row as u64 * n_dim as u64) as usize),
+            rows,
+            n_dim,
+            k_dim,
+            geom,
+            col_block,
+        )
+    }
+}
+
+macro_rules! gemv_slots_entries {
+    ($($dense:ident $grouped:ident: $m:literal, $k:literal, $t:ty;)*) => {$(
+        /// Dense column-slot scalar GEMV ([`dense`]) for this M, k and dtype.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $dense(
+            packed: *const u32, scales: *const u8, cb: *const f32, x: *const u16, y: *mut u16,
+            n_dim: u32, k_dim: u32, geom: u32,
+        ) {
+            unsafe { dense::<$m, $k, $t>(packed, scales, cb, x, y, n_dim, k_dim, geom) }
+        }
+
+        /// Grouped (MoE) column-slot scalar GEMV ([`grouped`]) for this max_m, k and dtype.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $grouped(
+            packed: *const u32, scales: *const u8, cb: *const f32, x: *const u16, y: *mut u16,
+            offsets: *const u32, num_experts: u32, total_rows: u32, n_dim: u32, k_dim: u32, geom: u32,
+            col_blocks: u32,
+        ) {
+            unsafe {
+                grouped::<$m, $k, $t>(
+                    packed, scales, cb, x, y, offsets, num_experts, total_rows, n_dim, k_dim, geom, col_blocks,
+                )
+            }
+        }
+    )*};
+}
+
+gemv_slots_entries! {
+    kbit_gemv_slots_m1_k2_f16 kbit_grouped_gemv_slots_m1_k2_f16: 1, 2, F16;
+    kbit_gemv_slots_m1_k3_f16 kbit_grouped_gemv_slots_m1_k3_f16: 1, 3, F16;
+    kbit_gemv_slots_m1_k4_f16 kbit_grouped_gemv_slots_m1_k4_f16: 1, 4, F16;
+    kbit_gemv_slots_m1_k5_f16 kbit_grouped_gemv_slots_m1_k5_f16: 1, 5, F16;
+    kbit_gemv_slots_m2_k2_f16 kbit_grouped_gemv_slots_m2_k2_f16: 2, 2, F16;
+    kbit_gemv_slots_m2_k3_f16 kbit_grouped_gemv_slots_m2_k3_f16: 2, 3, F16;
+    kbit_gemv_slots_m2_k4_f16 kbit_grouped_gemv_slots_m2_k4_f16: 2, 4, F16;
+    kbit_gemv_slots_m2_k5_f16 kbit_grouped_gemv_slots_m2_k5_f16: 2, 5, F16;
+    kbit_gemv_slots_m3_k2_f16 kbit_grouped_gemv_slots_m3_k2_f16: 3, 2, F16;
+    kbit_gemv_slots_m3_k3_f16 kbit_grouped_gemv_slots_m3_k3_f16: 3, 3, F16;
+    kbit_gemv_slots_m3_k4_f16 kbit_grouped_gemv_slots_m3_k4_f16: 3, 4, F16;
+    kbit_gemv_slots_m3_k5_f16 kbit_grouped_gemv_slots_m3_k5_f16: 3, 5, F16;
+    kbit_gemv_slots_m4_k2_f16 kbit_grouped_gemv_slots_m4_k2_f16: 4, 2, F16;
+    kbit_gemv_slots_m4_k3_f16 kbit_grouped_gemv_slots_m4_k3_f16: 4, 3, F16;
+    kbit_gemv_slots_m4_k4_f16 kbit_grouped_gemv_slots_m4_k4_f16: 4, 4, F16;
+    kbit_gemv_slots_m4_k5_f16 kbit_grouped_gemv_slots_m4_k5_f16: 4, 5, F16;
+    kbit_gemv_slots_m1_k2_bf16 kbit_grouped_gemv_slots_m1_k2_bf16: 1, 2, Bf16;
+    kbit_gemv_slots_m1_k3_bf16 kbit_grouped_gemv_slots_m1_k3_bf16: 1, 3, Bf16;
+    kbit_gemv_slots_m1_k4_bf16 kbit_grouped_gemv_slots_m1_k4_bf16: 1, 4, Bf16;
+    kbit_gemv_slots_m1_k5_bf16 kbit_grouped_gemv_slots_m1_k5_bf16: 1, 5, Bf16;
+    kbit_gemv_slots_m2_k2_bf16 kbit_grouped_gemv_slots_m2_k2_bf16: 2, 2, Bf16;
+    kbit_gemv_slots_m2_k3_bf16 kbit_grouped_gemv_slots_m2_k3_bf16: 2, 3, Bf16;
+    kbit_gemv_slots_m2_k4_bf16 kbit_grouped_gemv_slots_m2_k4_bf16: 2, 4, Bf16;
+    kbit_gemv_slots_m2_k5_bf16 kbit_grouped_gemv_slots_m2_k5_bf16: 2, 5, Bf16;
+    kbit_gemv_slots_m3_k2_bf16 kbit_grouped_gemv_slots_m3_k2_bf16: 3, 2, Bf16;
+    kbit_gemv_slots_m3_k3_bf16 kbit_grouped_gemv_slots_m3_k3_bf16: 3, 3, Bf16;
+    kbit_gemv_slots_m3_k4_bf16 kbit_grouped_gemv_slots_m3_k4_bf16: 3, 4, Bf16;
+    kbit_gemv_slots_m3_k5_bf16 kbit_grouped_gemv_slots_m3_k5_bf16: 3, 5, Bf16;
+    kbit_gemv_slots_m4_k2_bf16 kbit_grouped_gemv_slots_m4_k2_bf16: 4, 2, Bf16;
+    kbit_gemv_slots_m4_k3_bf16 kbit_grouped_gemv_slots_m4_k3_bf16: 4, 3, Bf16;
+    kbit_gemv_slots_m4_k4_bf16 kbit_grouped_gemv_slots_m4_k4_bf16: 4, 4, Bf16;
+    kbit_gemv_slots_m4_k5_bf16 kbit_grouped_gemv_slots_m4_k5_bf16: 4, 5, Bf16;
+}
