@@ -140,8 +140,10 @@ fn run<T: Element>(ctx: &Context, opts: &Options) -> kbit::Result<()> {
          weight copies the same way. Baseline: cuBLAS GemmEx ({} in/out, f32 compute); MoE rows (E experts \
          × M rows): kbit = E linear calls (grouped kernels when present), baseline = the faster of E GEMMs \
          and one strided-batched GEMM. Weights: random (σ = {WEIGHT_SIGMA}), NF-k codebook, quantized and \
-         repacked on the GPU. GB/s = compressed weight bytes / time (dequantize rows: compressed bytes read \
-         + 2-byte elements written).",
+         repacked on the GPU. Order: all weights are prepared first, then the tables are measured M by M \
+         (all shapes and kernels of one M back to back), so small-M rows never follow large-M GEMMs, which \
+         heat the GPU and lower its clock. GB/s = compressed weight bytes / time (dequantize rows: \
+         compressed bytes read + 2-byte elements written).",
         settings.describe(),
         T::DTYPE.name()
     );
@@ -352,23 +354,52 @@ impl Bench<'_> {
         // kbit[(si·nb + bi)·nm + mi][kernel], dense[si·nm + mi]
         let mut kbit = vec![[None::<f64>; 5]; ns * nb * nm];
         let mut dense = vec![None::<f64>; ns * nm];
-        let total_steps = ns * (nb + 1);
-        let mut step = 0;
-
+        // Everything is prepared first (weights, their rotation copies,
+        // activations), then measured M by M: the rows of one M table are
+        // taken back to back, so a small-M row never follows minutes of
+        // large-M GEMMs. Those heat the GPU and lower its clock, which slows
+        // instruction-bound kernels (the scalar GEMV) far more than the
+        // bandwidth-bound fp16 baseline.
+        struct Prepared<T> {
+            x: CudaSlice<T>,
+            y: CudaSlice<T>,
+            dense: Vec<CudaSlice<T>>,
+            kbit: Vec<data::KbitCopies>,
+        }
+        let mut prepared = Vec::with_capacity(ns);
         for (si, shape) in shapes.iter().enumerate() {
             let t0 = Instant::now();
             let e = shape.experts;
             let numel = shape.n * shape.k;
             let src = s.clone_htod(&data::random::<T>(e * numel, seed_of(&shape.name), WEIGHT_SIGMA))?;
             let x = s.clone_htod(&data::random::<T>(max_m * e * shape.k, seed_of(&shape.name) ^ 1, 1.0))?;
-            let mut y = s.alloc_zeros::<T>(max_m * e * shape.n)?;
-
-            // Dense baseline with its own rotation.
+            let y = s.alloc_zeros::<T>(max_m * e * shape.n)?;
             let ncopies = data::copies_for(dense_bytes(shape), ctx.info().l2_bytes);
-            let extra = data::dense_copies(s, &src, ncopies)?;
-            let ptrs: Vec<u64> = std::iter::once(&src).chain(&extra).map(|c| c.device_ptr(s).0).collect();
-            for (mi, &m) in ms.iter().enumerate() {
-                let (t, variant) = self.time_dense(shape, m, &ptrs, &x, &mut y)?;
+            let mut dense = data::dense_copies(s, &src, ncopies)?;
+            let kbit = bits.iter().map(|&b| data::kbit_copies(ctx, &src, shape, b, 0)).collect::<Result<Vec<_>, _>>()?;
+            dense.insert(0, src);
+            eprintln!(
+                "[prepare {:>2}/{ns}] {:<14} fp16 {} copies × {:.1} MB, {} ({:.1} s)",
+                si + 1,
+                label(shape),
+                dense.len(),
+                dense_bytes(shape) as f64 / 1e6,
+                bits.iter()
+                    .zip(&kbit)
+                    .map(|(b, c)| format!("k={b} {} × {:.2} MB", c.copies.len(), c.bytes_per_call as f64 / 1e6))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                t0.elapsed().as_secs_f64()
+            );
+            prepared.push(Prepared { x, y, dense, kbit });
+        }
+
+        for (mi, &m) in ms.iter().enumerate() {
+            let t0 = Instant::now();
+            for (si, shape) in shapes.iter().enumerate() {
+                let p = &mut prepared[si];
+                let ptrs: Vec<u64> = p.dense.iter().map(|c| c.device_ptr(s).0).collect();
+                let (t, variant) = self.time_dense(shape, m, &ptrs, &p.x, &mut p.y)?;
                 dense[si * nm + mi] = Some(t.us);
                 let db = dense_bytes(shape);
                 let mut row = json_row(Some(m), shape, 16, "fp16", &t, db, db);
@@ -377,23 +408,10 @@ impl Bench<'_> {
                     f.push(("dtype", Json::str(T::DTYPE.name())));
                 }
                 self.rows.push(row);
-            }
-            drop(extra);
-            step += 1;
-            eprintln!(
-                "[{step:>3}/{total_steps}] {:<14} {}: {ncopies} copies × {:.1} MB ({:.1} s)",
-                label(shape),
-                self.base,
-                dense_bytes(shape) as f64 / 1e6,
-                t0.elapsed().as_secs_f64()
-            );
-
-            for (bi, &b) in bits.iter().enumerate() {
-                let t0 = Instant::now();
-                let copies = data::kbit_copies(ctx, &src, shape, b, 0)?;
-                for (mi, &m) in ms.iter().enumerate() {
+                for (bi, &b) in bits.iter().enumerate() {
+                    let copies = &p.kbit[bi];
                     for (ki, &kernel) in Kernel::ALL.iter().enumerate() {
-                        let t = self.time_kbit(kernel, shape, m, &copies, &x, &mut y)?;
+                        let t = self.time_kbit(kernel, shape, m, copies, &p.x, &mut p.y)?;
                         kbit[(si * nb + bi) * nm + mi][ki] = t.map(|t| t.us);
                         if let Some(t) = t {
                             let bytes = copies.bytes_per_call;
@@ -401,15 +419,8 @@ impl Bench<'_> {
                         }
                     }
                 }
-                step += 1;
-                eprintln!(
-                    "[{step:>3}/{total_steps}] {:<14} k={b}: {} copies × {:.2} MB ({:.1} s)",
-                    label(shape),
-                    copies.copies.len(),
-                    copies.bytes_per_call as f64 / 1e6,
-                    t0.elapsed().as_secs_f64()
-                );
             }
+            eprintln!("[M {:>2}/{nm}] M = {m}: {ns} shapes measured ({:.1} s)", mi + 1, t0.elapsed().as_secs_f64());
         }
 
         Ok(Results { shapes: &shapes, ms, bits, kbit: &kbit, dense: &dense, base: self.base, copy_gbs: self.copy_gbs }
