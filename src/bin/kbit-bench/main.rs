@@ -376,7 +376,8 @@ impl Bench<'_> {
             let y = s.alloc_zeros::<T>(max_m * e * shape.n)?;
             let ncopies = data::copies_for(dense_bytes(shape), ctx.info().l2_bytes);
             let mut dense = data::dense_copies(s, &src, ncopies)?;
-            let kbit = bits.iter().map(|&b| data::kbit_copies(ctx, &src, shape, b, 0)).collect::<Result<Vec<_>, _>>()?;
+            let kbit =
+                bits.iter().map(|&b| data::kbit_copies(ctx, &src, shape, b, 0)).collect::<Result<Vec<_>, _>>()?;
             dense.insert(0, src);
             eprintln!(
                 "[prepare {:>2}/{ns}] {:<14} fp16 {} copies × {:.1} MB, {} ({:.1} s)",
