@@ -318,6 +318,21 @@ pub unsafe fn cp_async_16_zfill(dst: u32, src: *const u8, src_size: u32) {
     }
 }
 
+/// [`cp_async_16`] that writes 16 zero bytes instead of reading `src` when
+/// `zero` (`cp.async`'s ignore-src predicate: no src-size operand, no
+/// address arithmetic, no branch). sm_80, PTX 7.5.
+///
+/// # Safety
+/// `dst` is a 16-aligned shared address; `src` is a 16-aligned global
+/// pointer, readable unless `zero`.
+#[inline(always)]
+pub unsafe fn cp_async_16_or_zero(dst: u32, src: *const u8, zero: bool) {
+    unsafe {
+        asm!("{{ .reg .pred z; setp.ne.b32 z, {z}, 0; cp.async.cg.shared.global [{d}], [{s}], 16, z; }}",
+             d = in(reg32) dst, s = in(reg64) src, z = in(reg32) zero as u32)
+    }
+}
+
 /// `createpolicy.fractional.L2::evict_first.b64`: an L2 policy that marks
 /// every line it touches as first to evict (streamed weights). sm_80.
 #[inline(always)]
