@@ -316,16 +316,28 @@ unsafe fn issue<const K: usize, const MB: usize, const NF: usize>(a: &Args, c: &
 /// `geo::copy_start`): `src` and `dst` address its first chunk (slot j0,
 /// chunk c0); its next slot is `slot_step` bytes further in global memory
 /// and `rows·tb` in shared memory, its next chunk `16·cols` bytes in both.
-/// Chunks of slots `≥ len` (unused slots of a partial stage) are zero-filled
-/// without reading (ignore-src), so that the copies need no branch (a
-/// branch costs a `cp.async` its own pipeline padding). Chunk steps past
-/// the span do branch (warp-uniform: `chunks − cols` is a multiple of 32).
+/// Slot steps never branch (a branch costs the `cp.async` after it its own
+/// pipeline padding): slots `≥ kt` (the stage's KT) are predicated off, the
+/// unused slots `len..kt` of a partial stage zero-filled without reading
+/// (ignore-src; the compute never reads them). Chunk steps past the span
+/// branch (warp-uniform: `chunks − cols` is a multiple of 32).
 ///
 /// # Safety
 /// Every chunk of a slot `< len` lies inside its array; the stage's slots
-/// `≥ len` are free.
+/// `len..kt` are free.
 #[inline(always)]
-unsafe fn copy_grid(src: *const u8, slot_step: u64, dst: u32, tb: u32, j0: u32, c0: u32, len: u32, chunks: u32) {
+#[allow(clippy::too_many_arguments)] // one thread's grid position, spelled out
+unsafe fn copy_grid(
+    src: *const u8,
+    slot_step: u64,
+    dst: u32,
+    tb: u32,
+    j0: u32,
+    c0: u32,
+    len: u32,
+    kt: u32,
+    chunks: u32,
+) {
     let (rows, cols) = (geo::copy_slot_threads(chunks), geo::copy_chunk_threads(chunks));
     unrolled!(geo::copy_chunk_rounds(chunks), q => {
         let off = 16 * cols * q as u32;
@@ -333,7 +345,7 @@ unsafe fn copy_grid(src: *const u8, slot_step: u64, dst: u32, tb: u32, j0: u32, 
             let mut at = src.wrapping_add(off as usize);
             unrolled!(geo::copy_slot_rounds(chunks), p => {
                 let d = rows * p as u32;
-                unsafe { ptx::cp_async_16_or_zero(dst + d * tb + off, at, j0 + d >= len) };
+                unsafe { ptx::cp_async_16_if_or_zero(dst + d * tb + off, at, j0 + d < kt, j0 + d >= len) };
                 at = at.wrapping_add(slot_step as usize);
             });
         }
@@ -359,6 +371,7 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize>(
     let tile_n = geo::tile_n(nfu) as u64;
     let (n, n0) = (a.n as u64, c.n0 as u64);
     let (packed, scales) = (a.packed as *const u8, a.scales);
+    let kt_stage = a.stage_tiles.max(1);
 
     // Activations: column 64·(kt + j0) of row 0; slots step by 64·rows columns.
     let chunks = geo::a_chunks(mbu);
@@ -375,7 +388,7 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize>(
             unrolled!(geo::copy_slot_rounds(chunks), p => {
                 let d = rows * p as u32;
                 let at = src.wrapping_add(2 * TILE_K * d as usize);
-                unsafe { ptx::cp_async_16_or_zero(dst + d * tb, at, row >= a.m || j0 + d >= len) };
+                unsafe { ptx::cp_async_16_if_or_zero(dst + d * tb, at, j0 + d < kt_stage, row >= a.m || j0 + d >= len) };
             });
         }
     });
@@ -383,14 +396,12 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize>(
     // Planes: the window of K tile kt + j0 from its 16-byte boundary.
     let w_span = geo::w_span_chunks(nfu, kb);
     let (j0, c0) = geo::copy_start(tid, w_span);
-    if j0 < len {
-        let (w0, _, _) = geo::w_window(n, (c.kt + j0) as u64, n0, tile_n, K as u64);
-        let src = packed.wrapping_add((w0 + 16 * c0 as u64) as usize);
-        let step = geo::copy_slot_threads(w_span) as u64 * n * 8 * K as u64;
-        let dst = buf + j0 * tb + geo::w_offset(mbu) + 16 * c0;
-        unsafe { copy_grid(src, step, dst, tb, j0, c0, len, w_span) };
-    }
-    // Scales, likewise.
+    let (w0, _, _) = geo::w_window(n, (c.kt + j0) as u64, n0, tile_n, K as u64);
+    let src = packed.wrapping_add((w0 + 16 * c0 as u64) as usize);
+    let step = geo::copy_slot_threads(w_span) as u64 * n * 8 * K as u64;
+    let dst = buf + j0 * tb + geo::w_offset(mbu) + 16 * c0;
+    unsafe { copy_grid(src, step, dst, tb, j0, c0, len, kt_stage, w_span) };
+    // Scales, likewise (most warps have no scale chunk: they branch past).
     let s_span = geo::s_span_chunks(nfu);
     let (j0, c0) = geo::copy_start(tid, s_span);
     if j0 < len {
@@ -398,7 +409,7 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize>(
         let src = scales.wrapping_add((s0 + 16 * c0 as u64) as usize);
         let step = geo::copy_slot_threads(s_span) as u64 * n * 2;
         let dst = buf + j0 * tb + geo::s_offset(mbu, nfu, kb) + 16 * c0;
-        unsafe { copy_grid(src, step, dst, tb, j0, c0, len, s_span) };
+        unsafe { copy_grid(src, step, dst, tb, j0, c0, len, kt_stage, s_span) };
     }
 
     // The chunk past each span.
