@@ -108,14 +108,73 @@ pub const fn a_chunks(mb: u32) -> u32 {
 /// chunk: see [`w_window`]).
 #[inline(always)]
 pub const fn w_chunks(nf: u32, bits: u32) -> u32 {
-    tile_n(nf) * bits / 2 + (bits & 1)
+    w_span_chunks(nf, bits) + (bits & 1)
 }
 
 /// 16-byte chunks of a slot's scale bytes: TILE_N × 2 bytes plus one chunk
 /// for a span that starts inside a chunk.
 #[inline(always)]
 pub const fn s_chunks(nf: u32) -> u32 {
-    tile_n(nf) / 8 + 1
+    s_span_chunks(nf) + 1
+}
+
+/// 16-byte chunks of a slot's weight planes that lie inside the window of a
+/// full tile (TILE_N valid columns): the whole plane span, `8·k` bytes per
+/// column. With odd k the last chunk of [`w_chunks`] follows them: it holds
+/// the first `w_window`'s offset (0 or 8) bytes past the span.
+#[inline(always)]
+pub const fn w_span_chunks(nf: u32, bits: u32) -> u32 {
+    tile_n(nf) * bits / 2
+}
+
+/// 16-byte chunks of a slot's scale bytes inside the window of a full tile
+/// (2 bytes per column); the last chunk of [`s_chunks`] follows them and
+/// holds the window's offset (0..16) bytes.
+#[inline(always)]
+pub const fn s_span_chunks(nf: u32) -> u32 {
+    tile_n(nf) / 8
+}
+
+/// Threads along the chunk axis of the copy grid of a part with `chunks`
+/// 16-byte chunks per slot: the largest power of two ≤ `min(chunks, THREADS)`.
+///
+/// The copies of one stage part (the `len × chunks` chunks of its `len` ≤ KT
+/// slots) are shared by the [`THREADS`] threads as a grid of
+/// [`copy_slot_threads`] slot rows × `copy_chunk_threads` chunk columns:
+/// thread `t` starts at [`copy_start`]`(t)` = (slot `j0`, chunk `c0`) and
+/// copies chunks `c0 + cols·q` (q < [`copy_chunk_rounds`], while < `chunks`)
+/// of slots `j0 + rows·p` (p < [`copy_slot_rounds`], while < `len`), so that
+/// its slots and chunks step by constants.
+#[inline(always)]
+pub const fn copy_chunk_threads(chunks: u32) -> u32 {
+    let c = if chunks < THREADS { chunks } else { THREADS };
+    if c == 0 { 1 } else { 1 << (31 - c.leading_zeros()) }
+}
+
+/// Threads along the slot axis of the copy grid: `THREADS / cols`.
+#[inline(always)]
+pub const fn copy_slot_threads(chunks: u32) -> u32 {
+    THREADS / copy_chunk_threads(chunks)
+}
+
+/// Chunk steps of one thread per slot (1 or 2: `cols > chunks / 2`).
+#[inline(always)]
+pub const fn copy_chunk_rounds(chunks: u32) -> u32 {
+    chunks.div_ceil(copy_chunk_threads(chunks))
+}
+
+/// Slot steps of one thread per stage, enough for [`MAX_STAGE_TILES`] slots.
+#[inline(always)]
+pub const fn copy_slot_rounds(chunks: u32) -> u32 {
+    MAX_STAGE_TILES.div_ceil(copy_slot_threads(chunks))
+}
+
+/// Thread `tid`'s first (slot, chunk) in the copy grid of a part with
+/// `chunks` chunks per slot.
+#[inline(always)]
+pub const fn copy_start(tid: u32, chunks: u32) -> (u32, u32) {
+    let cols = copy_chunk_threads(chunks);
+    (tid / cols, tid % cols)
 }
 
 /// Offset of the weight planes inside a slot.
@@ -359,4 +418,82 @@ pub const fn deinterleave(e: u32, parity: u32, bits: u32) -> u32 {
         j += 1;
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::{vec, vec::Vec};
+
+    /// Every chunk count of a part that the kernels copy through the grid.
+    fn part_chunks() -> Vec<u32> {
+        let mut v: Vec<u32> = (1..=4).map(a_chunks).collect();
+        for nf in [2, 4] {
+            v.push(s_span_chunks(nf));
+            v.extend((2..=5).map(|bits| w_span_chunks(nf, bits)));
+        }
+        v
+    }
+
+    #[test]
+    fn copy_grid_covers_every_chunk_of_a_stage_once() {
+        for chunks in part_chunks() {
+            let (cols, rows) = (copy_chunk_threads(chunks), copy_slot_threads(chunks));
+            assert!(cols.is_power_of_two() && cols <= chunks && 2 * cols > chunks.min(THREADS), "{chunks}");
+            assert_eq!(cols * rows, THREADS);
+            assert!(copy_chunk_rounds(chunks) <= 2 && copy_slot_rounds(chunks) <= MAX_STAGE_TILES);
+            for len in 1..=MAX_STAGE_TILES {
+                let mut seen = vec![0u32; (len * chunks) as usize];
+                for tid in 0..THREADS {
+                    let (j0, c0) = copy_start(tid, chunks);
+                    for p in 0..copy_slot_rounds(chunks) {
+                        for q in 0..copy_chunk_rounds(chunks) {
+                            let (j, c) = (j0 + rows * p, c0 + cols * q);
+                            if j < len && c < chunks {
+                                seen[(j * chunks + c) as usize] += 1;
+                            }
+                        }
+                    }
+                }
+                assert!(seen.iter().all(|&n| n == 1), "{chunks} chunks, {len} slots");
+            }
+        }
+    }
+
+    /// The byte count of chunk `ch` of a window (start, _, end), as the
+    /// general copy computes it: bytes before `end`, at most 16.
+    fn window_bytes(start: u64, end: u64, ch: u32) -> u64 {
+        end.saturating_sub(start + 16 * ch as u64).min(16)
+    }
+
+    #[test]
+    fn full_tile_windows_are_whole_chunks_then_the_offset() {
+        for nf in [2, 4] {
+            let tn = tile_n(nf) as u64;
+            for n in [tn, 2 * tn + 8, 4100, 28672, 28673] {
+                for kt in 0..6 {
+                    for n0 in (0..n.saturating_sub(tn - 1)).step_by(tn as usize) {
+                        for bits in 2..=5u32 {
+                            let (w0, woff, wend) = w_window(n, kt, n0, tn, bits as u64);
+                            let span = w_span_chunks(nf, bits);
+                            for ch in 0..span {
+                                assert_eq!(window_bytes(w0, wend, ch), 16);
+                            }
+                            for ch in span..w_chunks(nf, bits) {
+                                assert_eq!(window_bytes(w0, wend, ch), woff as u64, "k{bits} n{n} kt{kt} n0 {n0}");
+                            }
+                        }
+                        let (s0, soff, send) = s_window(n, kt, n0, tn);
+                        let span = s_span_chunks(nf);
+                        for ch in 0..span {
+                            assert_eq!(window_bytes(s0, send, ch), 16);
+                        }
+                        assert_eq!(s_chunks(nf), span + 1);
+                        assert_eq!(window_bytes(s0, send, span), soff as u64);
+                    }
+                }
+            }
+        }
+    }
 }

@@ -294,27 +294,183 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
 }
 
 /// Issues the copies of the `len` K tiles `c.kt ..` (activations, planes,
-/// scales) of one stage into its slots at `buf`. Chunk `i` of a part (A, W
-/// or S) is chunk `i % C` of slot `i / C`, `C` the part's chunks per slot;
-/// the 256 threads take chunks `tid, tid + 256, …`. Not committed here.
+/// scales) of one stage into its slots at `buf`. Not committed here.
+///
+/// Interior stages (the common case: the stage ends at or before column K,
+/// so it holds no zero half tile, and the n tile is full, so every chunk of
+/// the plane and scale spans lies inside the arrays) take plain 16-byte
+/// copies through the copy grid of `geo::copy_start`. Other stages take the
+/// edge copies, which clamp every chunk. Both write the same bytes to the
+/// slots `< len`.
 #[inline(always)]
 unsafe fn issue<const K: usize, const MB: usize, const NF: usize>(a: &Args, c: &Cursor, len: u32, buf: u32, tid: u32) {
+    if c.kt + len <= a.k / TILE_K as u32 && c.n_valid == geo::tile_n(NF as u32) {
+        unsafe { issue_interior::<K, MB, NF>(a, c, len, buf, tid) };
+    } else {
+        unsafe { issue_a_edge::<K, MB, NF>(a, c.kt, len, buf, tid) };
+        unsafe { issue_ws_edge::<K, MB, NF>(a, c, len, buf, tid) };
+    }
+}
+
+/// One thread's copies of the span chunks of a part in the copy grid (see
+/// `geo::copy_start`): `src` and `dst` address its first chunk (slot j0,
+/// chunk c0); its next slot is `slot_step` bytes further in global memory
+/// and `rows·tb` in shared memory, its next chunk `16·cols` bytes in both.
+/// Slot steps never branch (a branch costs the `cp.async` after it its own
+/// pipeline padding): slots `≥ kt` (the stage's KT) are predicated off, the
+/// unused slots `len..kt` of a partial stage zero-filled without reading
+/// (ignore-src; the compute never reads them). Chunk steps past the span
+/// branch (warp-uniform: `chunks − cols` is a multiple of 32).
+///
+/// # Safety
+/// Every chunk of a slot `< len` lies inside its array; the stage's slots
+/// `len..kt` are free.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)] // one thread's grid position, spelled out
+unsafe fn copy_grid(
+    src: *const u8,
+    slot_step: u64,
+    dst: u32,
+    tb: u32,
+    j0: u32,
+    c0: u32,
+    len: u32,
+    kt: u32,
+    chunks: u32,
+) {
+    let (rows, cols) = (geo::copy_slot_threads(chunks), geo::copy_chunk_threads(chunks));
+    unrolled!(geo::copy_chunk_rounds(chunks), q => {
+        let off = 16 * cols * q as u32;
+        if q == 0 || c0 + cols * (q as u32) < chunks {
+            let mut at = src.wrapping_add(off as usize);
+            unrolled!(geo::copy_slot_rounds(chunks), p => {
+                let d = rows * p as u32;
+                unsafe { ptx::cp_async_16_if_or_zero(dst + d * tb + off, at, j0 + d < kt, j0 + d >= len) };
+                at = at.wrapping_add(slot_step as usize);
+            });
+        }
+    });
+}
+
+/// Interior copies of a stage (see [`issue`]). Activations: 8 chunks of 16
+/// bytes per row of each slot, rows ≥ M zero-filled (ignore-src, the address
+/// clamped to row M − 1). Planes and scales: the span chunks of each slot's
+/// windows, then per slot the one chunk past the span (scales; planes for
+/// odd k), which holds the window's offset bytes (0..16) and is zero-filled
+/// beyond (warps 7 and 6 issue these).
+#[inline(always)]
+unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize>(
+    a: &Args,
+    c: &Cursor,
+    len: u32,
+    buf: u32,
+    tid: u32,
+) {
     let (kb, mbu, nfu) = (K as u32, MB as u32, NF as u32);
     let tb = geo::tile_bytes(mbu, nfu, kb);
-    // Activations: 8 chunks of 16 bytes per row, rows ≥ M and columns ≥ K zero.
+    let tile_n = geo::tile_n(nfu) as u64;
+    let (n, n0) = (a.n as u64, c.n0 as u64);
+    let (packed, scales) = (a.packed as *const u8, a.scales);
+    let kt_stage = a.stage_tiles.max(1);
+
+    // Activations: column 64·(kt + j0) of row 0; slots step by 64·rows columns.
+    let chunks = geo::a_chunks(mbu);
+    let (rows, cols) = (geo::copy_slot_threads(chunks), geo::copy_chunk_threads(chunks));
+    let (j0, c0) = geo::copy_start(tid, chunks);
+    let x = (a.x as *const u8).wrapping_add(2 * TILE_K * (c.kt + j0) as usize);
+    unrolled!(geo::copy_chunk_rounds(chunks), q => {
+        let ch = c0 + cols * q as u32;
+        if q == 0 || ch < chunks {
+            let (row, cc) = (ch >> 3, ch & 7);
+            let row_bytes = 2 * row.min(a.m - 1) as u64 * a.k as u64;
+            let src = x.wrapping_add((row_bytes + 16 * cc as u64) as usize);
+            let dst = buf + j0 * tb + geo::a_offset(row, cc);
+            unrolled!(geo::copy_slot_rounds(chunks), p => {
+                let d = rows * p as u32;
+                let at = src.wrapping_add(2 * TILE_K * d as usize);
+                unsafe { ptx::cp_async_16_if_or_zero(dst + d * tb, at, j0 + d < kt_stage, row >= a.m || j0 + d >= len) };
+            });
+        }
+    });
+
+    // Planes: the window of K tile kt + j0 from its 16-byte boundary.
+    let w_span = geo::w_span_chunks(nfu, kb);
+    let (j0, c0) = geo::copy_start(tid, w_span);
+    let (w0, _, _) = geo::w_window(n, (c.kt + j0) as u64, n0, tile_n, K as u64);
+    let src = packed.wrapping_add((w0 + 16 * c0 as u64) as usize);
+    let step = geo::copy_slot_threads(w_span) as u64 * n * 8 * K as u64;
+    let dst = buf + j0 * tb + geo::w_offset(mbu) + 16 * c0;
+    unsafe { copy_grid(src, step, dst, tb, j0, c0, len, kt_stage, w_span) };
+    // Scales, likewise (most warps have no scale chunk: they branch past).
+    let s_span = geo::s_span_chunks(nfu);
+    let (j0, c0) = geo::copy_start(tid, s_span);
+    if j0 < len {
+        let (s0, _, _) = geo::s_window(n, (c.kt + j0) as u64, n0, tile_n);
+        let src = scales.wrapping_add((s0 + 16 * c0 as u64) as usize);
+        let step = geo::copy_slot_threads(s_span) as u64 * n * 2;
+        let dst = buf + j0 * tb + geo::s_offset(mbu, nfu, kb) + 16 * c0;
+        unsafe { copy_grid(src, step, dst, tb, j0, c0, len, kt_stage, s_span) };
+    }
+
+    // The chunk past each span.
+    let j = tid.wrapping_sub(7 * 32);
+    if j < len {
+        let (s0, off, _) = geo::s_window(n, (c.kt + j) as u64, n0, tile_n);
+        let src = if off > 0 { scales.wrapping_add((s0 + 16 * s_span as u64) as usize) } else { scales };
+        let dst = buf + j * tb + geo::s_offset(mbu, nfu, kb) + 16 * s_span;
+        unsafe { ptx::cp_async_16_zfill(dst, src, off) };
+    }
+    let j = tid.wrapping_sub(6 * 32);
+    if K % 2 == 1 && j < len {
+        let (w0, off, _) = geo::w_window(n, (c.kt + j) as u64, n0, tile_n, K as u64);
+        let src = if off > 0 { packed.wrapping_add((w0 + 16 * w_span as u64) as usize) } else { packed };
+        let dst = buf + j * tb + geo::w_offset(mbu) + 16 * w_span;
+        unsafe { ptx::cp_async_16_zfill(dst, src, off) };
+    }
+}
+
+/// Edge activation copies: chunk `i` is chunk `i % C` of slot `i / C` (C
+/// the chunks per slot), threads take `tid, tid + 256, …`; rows ≥ M and
+/// columns ≥ K zero-filled.
+#[inline(always)]
+unsafe fn issue_a_edge<const K: usize, const MB: usize, const NF: usize>(
+    a: &Args,
+    kt: u32,
+    len: u32,
+    buf: u32,
+    tid: u32,
+) {
+    let (kb, mbu, nfu) = (K as u32, MB as u32, NF as u32);
+    let tb = geo::tile_bytes(mbu, nfu, kb);
     let a_chunks = geo::a_chunks(mbu);
     let mut i = tid;
     while i < len * a_chunks {
         let j = i / a_chunks;
         let ch = i - j * a_chunks;
         let (row, cc) = (ch >> 3, ch & 7);
-        let col = (c.kt + j) as u64 * TILE_K as u64 + 8 * cc as u64;
+        let col = (kt + j) as u64 * TILE_K as u64 + 8 * cc as u64;
         let ok = row < a.m && col < a.k as u64;
         let src = if ok { unsafe { a.x.add((row as u64 * a.k as u64 + col) as usize) } } else { a.x };
         let dst = buf + j * tb + geo::a_offset(row, cc);
         unsafe { ptx::cp_async_16_zfill(dst, src as *const u8, if ok { 16 } else { 0 }) };
         i += geo::THREADS;
     }
+}
+
+/// Edge plane and scale copies (last n tile of a matrix whose N is not a
+/// multiple of TILE_N): chunk `i` of a part is chunk `i % C` of slot
+/// `i / C`, threads take `tid, tid + 256, …`; each chunk reads the bytes of
+/// its window before the window's end, the rest is zero-filled.
+#[inline(always)]
+unsafe fn issue_ws_edge<const K: usize, const MB: usize, const NF: usize>(
+    a: &Args,
+    c: &Cursor,
+    len: u32,
+    buf: u32,
+    tid: u32,
+) {
+    let (kb, mbu, nfu) = (K as u32, MB as u32, NF as u32);
+    let tb = geo::tile_bytes(mbu, nfu, kb);
     // Weight planes: each tile's column span, from the 16-byte boundary below it.
     let (n, n0, nv) = (a.n as u64, c.n0 as u64, c.n_valid as u64);
     let w_chunks = geo::w_chunks(nfu, kb);

@@ -318,6 +318,34 @@ pub unsafe fn cp_async_16_zfill(dst: u32, src: *const u8, src_size: u32) {
     }
 }
 
+/// [`cp_async_16`] under a guard predicate: copies only when `copy` (a
+/// predicated `cp.async`, no branch around it). sm_80.
+///
+/// # Safety
+/// When `copy`: as [`cp_async_16`].
+#[inline(always)]
+pub unsafe fn cp_async_16_if(dst: u32, src: *const u8, copy: bool) {
+    unsafe {
+        asm!("{{ .reg .pred p; setp.ne.b32 p, {c}, 0; @p cp.async.cg.shared.global [{d}], [{s}], 16; }}",
+             d = in(reg32) dst, s = in(reg64) src, c = in(reg32) copy as u32)
+    }
+}
+
+/// [`cp_async_16_if`] that writes 16 zero bytes instead of reading `src`
+/// when `zero` (`cp.async`'s ignore-src predicate: no src-size operand, no
+/// address arithmetic). sm_80, PTX 7.5.
+///
+/// # Safety
+/// When `copy`: `dst` is a 16-aligned shared address; `src` is a 16-aligned
+/// global pointer, readable unless `zero`.
+#[inline(always)]
+pub unsafe fn cp_async_16_if_or_zero(dst: u32, src: *const u8, copy: bool, zero: bool) {
+    unsafe {
+        asm!("{{ .reg .pred p, z; setp.ne.b32 p, {c}, 0; setp.ne.b32 z, {z}, 0; @p cp.async.cg.shared.global [{d}], [{s}], 16, z; }}",
+             d = in(reg32) dst, s = in(reg64) src, c = in(reg32) copy as u32, z = in(reg32) zero as u32)
+    }
+}
+
 /// `createpolicy.fractional.L2::evict_first.b64`: an L2 policy that marks
 /// every line it touches as first to evict (streamed weights). sm_80.
 #[inline(always)]
