@@ -5,7 +5,7 @@
 //! a path that does not apply falls through to the next one:
 //!
 //! ```text
-//! 1. scalar GEMV        M ≤ 4          kernel 1 (gemv.rs)
+//! 1. scalar GEMV        M ≤ 4 (M = 4 on ≥ 2^25 weights at k ≤ 4: MMA)  kernel 1 (gemv.rs)
 //! 2. MMA dequant GEMM   M ≤ 32 (≤ 64 forced)  kernel 2 (mma.rs), split-K over the SMs
 //! 3. dequant + cuBLAS   any M          dequantize W into a scratch buffer, one GemmEx
 //! ```
@@ -144,15 +144,29 @@ const MMA_MAX_M: usize = kbit_format::mma::MAX_M as usize;
 /// slower on most of them at M = 64 (bench-results/NOTES.md).
 const MMA_AUTO_MAX_M: usize = 32;
 
-/// Why `kernel` cannot compute `linear` with `m` rows, or `None` if it can.
-/// `auto` applies the dispatch preferences on top of the hard limits.
-fn linear_unfit(kernel: Kernel, m: usize, auto: bool) -> Option<&'static str> {
+/// Whether automatic dispatch prefers the MMA kernel to the scalar GEMV at
+/// M ≤ 4: at M = 4, k ≤ 4, on the matrices of the GEMV's block variant
+/// (2^25 weights and more). On the H100 the MMA kernel takes 85.6 / 96.2 /
+/// 93.3 µs on Llama-3-70B gate/up at k = 2 / 3 / 4 against the GEMV's
+/// 106.3 / 108.5 / 111.2 µs; at k = 5, at M ≤ 3 and on smaller matrices the
+/// GEMV is the faster one or within a few percent (bench-results/NOTES.md).
+fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32) -> bool {
+    m == crate::GEMV_MAX_M && bits <= 4 && !kbit_format::gemv::uses_slots(shape.n, shape.k)
+}
+
+/// Why `kernel` cannot compute `linear` with `m` rows of a `shape` weight
+/// of `bits` bits, or `None` if it can. `auto` applies the dispatch
+/// preferences on top of the hard limits.
+fn linear_unfit(kernel: Kernel, m: usize, shape: Shape, bits: u32, auto: bool) -> Option<&'static str> {
     if !kernel.is_available() {
         return Some("the kernel is not part of this build yet");
     }
     match kernel {
         Kernel::GroupedScalar | Kernel::GroupedMma => Some("grouped kernels serve MoE experts, not linear"),
         Kernel::Scalar if m > crate::GEMV_MAX_M => Some("the scalar GEMV serves M ≤ 4"),
+        Kernel::Scalar if auto && mma_preferred_at_small_m(m, shape, bits) => {
+            Some("the MMA kernel is faster at M = 4 on large matrices")
+        }
         Kernel::Mma if m > MMA_MAX_M => Some("the MMA kernel serves M ≤ 64"),
         Kernel::Mma if auto && m > MMA_AUTO_MAX_M => Some("dequant + cuBLAS is faster at this M"),
         Kernel::Scalar | Kernel::Mma | Kernel::DequantCublas => None,
@@ -222,7 +236,7 @@ impl Context {
         check_linear(T::DTYPE, m, w.shape(), x.len(), y.len())?;
         let kernel = match self.forced_kernel() {
             Some(kernel) => {
-                if let Some(why) = linear_unfit(kernel, m, false) {
+                if let Some(why) = linear_unfit(kernel, m, w.shape(), w.bits(), false) {
                     return Err(not_applicable(
                         kernel,
                         format!("{why} (linear, M = {m}, W [{}, {}])", w.shape().n, w.shape().k),
@@ -246,7 +260,7 @@ impl Context {
         y: &mut impl DevicePtrMut<T>,
     ) -> Result<Kernel> {
         for kernel in LINEAR_CHAIN {
-            if linear_unfit(kernel, m, true).is_none() {
+            if linear_unfit(kernel, m, w.shape(), w.bits(), true).is_none() {
                 self.run_linear(kernel, x, m, w, y)?;
                 return Ok(kernel);
             }
@@ -268,9 +282,10 @@ impl Context {
             Kernel::DequantCublas => self.dequant_cublas(x, m, w, y),
             Kernel::Scalar => self.gemv(x, m, w, y),
             Kernel::Mma => self.mma_gemm(x, m, w, y),
-            Kernel::GroupedScalar | Kernel::GroupedMma => {
-                Err(not_applicable(kernel, linear_unfit(kernel, m, false).unwrap_or("not a linear kernel")))
-            }
+            Kernel::GroupedScalar | Kernel::GroupedMma => Err(not_applicable(
+                kernel,
+                linear_unfit(kernel, m, w.shape(), w.bits(), false).unwrap_or("not a linear kernel"),
+            )),
         }
     }
 

@@ -80,9 +80,12 @@ fn check_linear<T: Element>(
     kernel
 }
 
-/// The kernel automatic dispatch picks for M rows of a dense layer.
-fn expected_kernel(m: usize) -> Kernel {
+/// The kernel automatic dispatch picks for M rows of a dense `shape`
+/// layer of `bits` bits.
+fn expected_kernel(m: usize, shape: Shape, bits: u32) -> Kernel {
+    let large = shape.n * shape.k >= 1 << 25;
     match m {
+        4 if large && bits <= 4 => Kernel::Mma,
         1..=4 => Kernel::Scalar,
         5..=32 => Kernel::Mma,
         _ => Kernel::DequantCublas,
@@ -111,7 +114,7 @@ fn linear_matches_reference_on_design_shapes() {
                 } else {
                     check_linear::<bf16>(&ctx, &mut rng, &w, &want_w, MS[mi], &what)
                 };
-                assert_eq!(kernel, expected_kernel(MS[mi]), "{what}: dispatch at M = {}", MS[mi]);
+                assert_eq!(kernel, expected_kernel(MS[mi], shape, bits), "{what}: dispatch at M = {}", MS[mi]);
                 seen[si][mi] = true;
             }
         }
@@ -135,6 +138,26 @@ fn linear_matches_reference_on_awkward_shapes() {
         for m in [1, 3, 33] {
             check_linear::<f16>(&ctx, &mut rng, &w, &want_w, m, &what);
             check_linear::<bf16>(&ctx, &mut rng, &w, &want_w, m, &what);
+        }
+    }
+}
+
+#[test]
+fn linear_dispatch_on_a_large_matrix() {
+    // 2^25 weights and more: at M = 4 and k ≤ 4 the MMA kernel, at M ≤ 3
+    // or k = 5 the scalar GEMV; every result checked against the reference.
+    let test = "linear_dispatch_on_a_large_matrix";
+    let _serial = serial();
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    let shape = Shape::new(4100, 8192).unwrap();
+    for bits in [4, 5] {
+        let (w, host) = random_weight(&ctx, &mut rng, shape, bits);
+        let want_w = reference::dequantize_tiled::<f32>(&host);
+        let what = format!("[4100,8192] k={bits}");
+        for m in [3, 4] {
+            let kernel = check_linear::<f16>(&ctx, &mut rng, &w, &want_w, m, &what);
+            assert_eq!(kernel, expected_kernel(m, shape, bits), "{what}: dispatch at M = {m}");
         }
     }
 }
@@ -264,7 +287,7 @@ fn linear_rejects_bad_arguments() {
     // Wrong dtype pairing cannot compile (x and y share T); a bf16 call works.
     let xb = s.alloc_zeros::<bf16>(m * 128).unwrap();
     let mut yb = s.alloc_zeros::<bf16>(m * 64).unwrap();
-    assert_eq!(ctx.linear(&xb, m, &w, &mut yb).unwrap(), expected_kernel(m));
+    assert_eq!(ctx.linear(&xb, m, &w, &mut yb).unwrap(), expected_kernel(m, w.shape(), w.bits()));
     ctx.synchronize().unwrap();
 }
 
