@@ -36,7 +36,8 @@
 //!
 //! Bytes past the last valid column (and past the arrays) are zero-filled
 //! by `cp.async`'s src-size; activations past M rows or K columns likewise
-//! (so `K % 64 == 32` never reads x beyond K, and its zero half tile
+//! (rows past M by the ignore-src predicate in interior stages; so
+//! `K % 64 == 32` never reads x beyond K, and its zero half tile
 //! multiplies zeros).
 //!
 //! # Pipeline
@@ -54,9 +55,13 @@
 //! (everyone finished the previous stage, whose buffer is refilled next),
 //! issue the copies of stage i+S−1, commit (always, so group counting
 //! holds), compute the `len` tiles of stage i slot by slot. The copies of a
-//! stage are spread over all 256 threads: chunk c (16 bytes) of the stage's
-//! A (likewise W, S) part is chunk `c % C` of slot `c / C`, with C the
-//! chunks per slot (a constant, so the division is a multiply). (Weights
+//! stage are spread over all 256 threads. Interior stages (see `issue`) use
+//! the copy grid of `kbit_format::mma::copy_start`: a thread's chunks of a
+//! part sit at constant steps, so a stage costs a few address computations
+//! and one branch-free run of plain 16-byte copies. Edge stages clamp every
+//! chunk: chunk c (16 bytes) of the stage's A (likewise W, S) part is chunk
+//! `c % C` of slot `c / C`, with C the chunks per slot (a constant, so the
+//! division is a multiply). (Weights
 //! carry no L2 evict-first policy: on sm_90 the driver's JIT turned
 //! `cp.async` with both a src-size and a cache-policy operand into an
 //! illegal instruction.)
