@@ -143,7 +143,8 @@ pub const fn s_span_chunks(nf: u32) -> u32 {
 /// [`copy_slot_threads`] slot rows × `copy_chunk_threads` chunk columns:
 /// thread `t` starts at [`copy_start`]`(t)` = (slot `j0`, chunk `c0`) and
 /// copies chunks `c0 + cols·q` (q < [`copy_chunk_rounds`], while < `chunks`)
-/// of slots `j0 + rows·p` (p < [`copy_slot_rounds`], while < `len`), so that
+/// of slots `j0 + rows·p` (p < [`copy_slot_rounds`], while < `len` ≤
+/// [`copy_stage_tiles`]), so that
 /// its slots and chunks step by constants.
 #[inline(always)]
 pub const fn copy_chunk_threads(chunks: u32) -> u32 {
@@ -163,10 +164,20 @@ pub const fn copy_chunk_rounds(chunks: u32) -> u32 {
     chunks.div_ceil(copy_chunk_threads(chunks))
 }
 
-/// Slot steps of one thread per stage, enough for [`MAX_STAGE_TILES`] slots.
+/// The most K tiles per stage that the copy grid of an instance with `nf`
+/// fragments covers: `256 / TILE_N` (4 at TILE_N 64, 2 at 128), the KT the
+/// host plans (64 weights per thread between barriers). Stages of a larger
+/// KT (only on request) take the kernel's edge copies.
 #[inline(always)]
-pub const fn copy_slot_rounds(chunks: u32) -> u32 {
-    MAX_STAGE_TILES.div_ceil(copy_slot_threads(chunks))
+pub const fn copy_stage_tiles(nf: u32) -> u32 {
+    let kt = THREADS / tile_n(nf);
+    if kt > MAX_STAGE_TILES { MAX_STAGE_TILES } else { kt }
+}
+
+/// Slot steps of one thread per stage, enough for `stage_tiles` slots.
+#[inline(always)]
+pub const fn copy_slot_rounds(chunks: u32, stage_tiles: u32) -> u32 {
+    stage_tiles.div_ceil(copy_slot_threads(chunks))
 }
 
 /// Thread `tid`'s first (slot, chunk) in the copy grid of a part with
@@ -437,17 +448,23 @@ mod tests {
     }
 
     #[test]
+    fn copy_grid_covers_the_planned_stage_tiles() {
+        assert_eq!((copy_stage_tiles(2), copy_stage_tiles(4)), (4, 2));
+    }
+
+    #[test]
     fn copy_grid_covers_every_chunk_of_a_stage_once() {
         for chunks in part_chunks() {
             let (cols, rows) = (copy_chunk_threads(chunks), copy_slot_threads(chunks));
             assert!(cols.is_power_of_two() && cols <= chunks && 2 * cols > chunks.min(THREADS), "{chunks}");
             assert_eq!(cols * rows, THREADS);
-            assert!(copy_chunk_rounds(chunks) <= 2 && copy_slot_rounds(chunks) <= MAX_STAGE_TILES);
-            for len in 1..=MAX_STAGE_TILES {
+            assert!(copy_chunk_rounds(chunks) <= 2);
+            for (kt, len) in (1..=MAX_STAGE_TILES).flat_map(|kt| (1..=kt).map(move |len| (kt, len))) {
+                assert!(copy_slot_rounds(chunks, kt) <= kt);
                 let mut seen = vec![0u32; (len * chunks) as usize];
                 for tid in 0..THREADS {
                     let (j0, c0) = copy_start(tid, chunks);
-                    for p in 0..copy_slot_rounds(chunks) {
+                    for p in 0..copy_slot_rounds(chunks, kt) {
                         for q in 0..copy_chunk_rounds(chunks) {
                             let (j, c) = (j0 + rows * p, c0 + cols * q);
                             if j < len && c < chunks {
@@ -456,7 +473,7 @@ mod tests {
                         }
                     }
                 }
-                assert!(seen.iter().all(|&n| n == 1), "{chunks} chunks, {len} slots");
+                assert!(seen.iter().all(|&n| n == 1), "{chunks} chunks, {len} of {kt} slots");
             }
         }
     }

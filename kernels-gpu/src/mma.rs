@@ -36,7 +36,8 @@
 //!
 //! Bytes past the last valid column (and past the arrays) are zero-filled
 //! by `cp.async`'s src-size; activations past M rows or K columns likewise
-//! (so `K % 64 == 32` never reads x beyond K, and its zero half tile
+//! (rows past M by the ignore-src predicate in interior stages; so
+//! `K % 64 == 32` never reads x beyond K, and its zero half tile
 //! multiplies zeros).
 //!
 //! # Pipeline
@@ -54,9 +55,13 @@
 //! (everyone finished the previous stage, whose buffer is refilled next),
 //! issue the copies of stage i+S−1, commit (always, so group counting
 //! holds), compute the `len` tiles of stage i slot by slot. The copies of a
-//! stage are spread over all 256 threads: chunk c (16 bytes) of the stage's
-//! A (likewise W, S) part is chunk `c % C` of slot `c / C`, with C the
-//! chunks per slot (a constant, so the division is a multiply). (Weights
+//! stage are spread over all 256 threads. Interior stages (see `issue`) use
+//! the copy grid of `kbit_format::mma::copy_start`: a thread's chunks of a
+//! part sit at constant steps, so a stage costs a few address computations
+//! and one branch-free run of plain 16-byte copies. Edge stages clamp every
+//! chunk: chunk c (16 bytes) of the stage's A (likewise W, S) part is chunk
+//! `c % C` of slot `c / C`, with C the chunks per slot (a constant, so the
+//! division is a multiply). (Weights
 //! carry no L2 evict-first policy: on sm_90 the driver's JIT turned
 //! `cp.async` with both a src-size and a cache-policy operand into an
 //! illegal instruction.)
@@ -298,13 +303,19 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
 ///
 /// Interior stages (the common case: the stage ends at or before column K,
 /// so it holds no zero half tile, and the n tile is full, so every chunk of
-/// the plane and scale spans lies inside the arrays) take plain 16-byte
-/// copies through the copy grid of `geo::copy_start`. Other stages take the
-/// edge copies, which clamp every chunk. Both write the same bytes to the
+/// the plane and scale spans lies inside the arrays; KT as the host plans
+/// it, at most `geo::copy_stage_tiles`) take plain 16-byte copies through
+/// the copy grid of `geo::copy_start`. Other stages take the edge copies,
+/// which clamp every chunk. Both write the same bytes to the
 /// slots `< len`.
 #[inline(always)]
 unsafe fn issue<const K: usize, const MB: usize, const NF: usize>(a: &Args, c: &Cursor, len: u32, buf: u32, tid: u32) {
-    if c.kt + len <= a.k / TILE_K as u32 && c.n_valid == geo::tile_n(NF as u32) {
+    let nfu = NF as u32;
+    let interior = c.kt + len <= a.k / TILE_K as u32 && c.n_valid == geo::tile_n(nfu);
+    // The instances with 64 accumulators per thread (MB = 4, TILE_N 128)
+    // keep the edge copies: the interior copies' addresses and predicates
+    // would raise them from 123–144 to ≈ 160 registers.
+    if MB * NF < 16 && interior && a.stage_tiles <= geo::copy_stage_tiles(nfu) {
         unsafe { issue_interior::<K, MB, NF>(a, c, len, buf, tid) };
     } else {
         unsafe { issue_a_edge::<K, MB, NF>(a, c.kt, len, buf, tid) };
@@ -313,7 +324,8 @@ unsafe fn issue<const K: usize, const MB: usize, const NF: usize>(a: &Args, c: &
 }
 
 /// One thread's copies of the span chunks of a part in the copy grid (see
-/// `geo::copy_start`): `src` and `dst` address its first chunk (slot j0,
+/// `geo::copy_start`; stages of at most `geo::copy_stage_tiles(NF)` K
+/// tiles): `src` and `dst` address its first chunk (slot j0,
 /// chunk c0); its next slot is `slot_step` bytes further in global memory
 /// and `rows·tb` in shared memory, its next chunk `16·cols` bytes in both.
 /// Slot steps never branch (a branch costs the `cp.async` after it its own
@@ -327,7 +339,7 @@ unsafe fn issue<const K: usize, const MB: usize, const NF: usize>(a: &Args, c: &
 /// `len..kt` are free.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)] // one thread's grid position, spelled out
-unsafe fn copy_grid(
+unsafe fn copy_grid<const NF: usize>(
     src: *const u8,
     slot_step: u64,
     dst: u32,
@@ -343,7 +355,7 @@ unsafe fn copy_grid(
         let off = 16 * cols * q as u32;
         if q == 0 || c0 + cols * (q as u32) < chunks {
             let mut at = src.wrapping_add(off as usize);
-            unrolled!(geo::copy_slot_rounds(chunks), p => {
+            unrolled!(geo::copy_slot_rounds(chunks, geo::copy_stage_tiles(NF as u32)), p => {
                 let d = rows * p as u32;
                 unsafe { ptx::cp_async_16_if_or_zero(dst + d * tb + off, at, j0 + d < kt, j0 + d >= len) };
                 at = at.wrapping_add(slot_step as usize);
@@ -372,6 +384,11 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize>(
     let (n, n0) = (a.n as u64, c.n0 as u64);
     let (packed, scales) = (a.packed as *const u8, a.scales);
     let kt_stage = a.stage_tiles.max(1);
+    // With 48 accumulators per thread (MB = 3, TILE_N 128) the copy grid's
+    // per-thread offsets are recomputed per stage rather than kept in
+    // registers for the whole loop (which would take the instance past 128
+    // registers, i.e. cost it its second block per SM).
+    let tid = if MB * NF >= 12 { ptx::tid_here() } else { tid };
 
     // Activations: column 64·(kt + j0) of row 0; slots step by 64·rows columns.
     let chunks = geo::a_chunks(mbu);
@@ -385,7 +402,7 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize>(
             let row_bytes = 2 * row.min(a.m - 1) as u64 * a.k as u64;
             let src = x.wrapping_add((row_bytes + 16 * cc as u64) as usize);
             let dst = buf + j0 * tb + geo::a_offset(row, cc);
-            unrolled!(geo::copy_slot_rounds(chunks), p => {
+            unrolled!(geo::copy_slot_rounds(chunks, geo::copy_stage_tiles(NF as u32)), p => {
                 let d = rows * p as u32;
                 let at = src.wrapping_add(2 * TILE_K * d as usize);
                 unsafe { ptx::cp_async_16_if_or_zero(dst + d * tb, at, j0 + d < kt_stage, row >= a.m || j0 + d >= len) };
@@ -400,7 +417,7 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize>(
     let src = packed.wrapping_add((w0 + 16 * c0 as u64) as usize);
     let step = geo::copy_slot_threads(w_span) as u64 * n * 8 * K as u64;
     let dst = buf + j0 * tb + geo::w_offset(mbu) + 16 * c0;
-    unsafe { copy_grid(src, step, dst, tb, j0, c0, len, kt_stage, w_span) };
+    unsafe { copy_grid::<NF>(src, step, dst, tb, j0, c0, len, kt_stage, w_span) };
     // Scales, likewise (most warps have no scale chunk: they branch past).
     let s_span = geo::s_span_chunks(nfu);
     let (j0, c0) = geo::copy_start(tid, s_span);
@@ -409,7 +426,7 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize>(
         let src = scales.wrapping_add((s0 + 16 * c0 as u64) as usize);
         let step = geo::copy_slot_threads(s_span) as u64 * n * 2;
         let dst = buf + j0 * tb + geo::s_offset(mbu, nfu, kb) + 16 * c0;
-        unsafe { copy_grid(src, step, dst, tb, j0, c0, len, kt_stage, s_span) };
+        unsafe { copy_grid::<NF>(src, step, dst, tb, j0, c0, len, kt_stage, s_span) };
     }
 
     // The chunk past each span.

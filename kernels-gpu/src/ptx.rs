@@ -15,6 +15,15 @@ core::arch::global_asm!(".extern .shared .align 16 .b8 kbit_smem[];");
 pub fn tid() -> u32 {
     unsafe { _thread_idx_x() as u32 }
 }
+/// [`tid`] read where it is used: the compilers neither hoist nor share it
+/// across a loop, so values derived from it are recomputed there instead of
+/// occupying registers for the whole loop. Any SM.
+#[inline(always)]
+pub fn tid_here() -> u32 {
+    let r: u32;
+    unsafe { asm!("mov.u32 {r}, %tid.x;", r = out(reg32) r) }
+    r
+}
 /// Block index in the grid (x). Any SM.
 #[inline(always)]
 pub fn bid() -> u32 {
