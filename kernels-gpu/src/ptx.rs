@@ -327,22 +327,10 @@ pub unsafe fn cp_async_16_zfill(dst: u32, src: *const u8, src_size: u32) {
     }
 }
 
-/// [`cp_async_16`] under a guard predicate: copies only when `copy` (a
-/// predicated `cp.async`, no branch around it). sm_80.
-///
-/// # Safety
-/// When `copy`: as [`cp_async_16`].
-#[inline(always)]
-pub unsafe fn cp_async_16_if(dst: u32, src: *const u8, copy: bool) {
-    unsafe {
-        asm!("{{ .reg .pred p; setp.ne.b32 p, {c}, 0; @p cp.async.cg.shared.global [{d}], [{s}], 16; }}",
-             d = in(reg32) dst, s = in(reg64) src, c = in(reg32) copy as u32)
-    }
-}
-
-/// [`cp_async_16_if`] that writes 16 zero bytes instead of reading `src`
-/// when `zero` (`cp.async`'s ignore-src predicate: no src-size operand, no
-/// address arithmetic). sm_80, PTX 7.5.
+/// [`cp_async_16`] under a guard predicate (copies only when `copy`, a
+/// predicated `cp.async` with no branch around it) that writes 16 zero
+/// bytes instead of reading `src` when `zero` (`cp.async`'s ignore-src
+/// predicate: no src-size operand, no address arithmetic). sm_80, PTX 7.5.
 ///
 /// # Safety
 /// When `copy`: `dst` is a 16-aligned shared address; `src` is a 16-aligned
