@@ -110,12 +110,14 @@ impl GemvKernels {
                 grid: p.col_blocks,
             }
         } else {
-            let p = GemvPlan::new(shape, bits, m, max_threads, device, units)?;
+            let p = GemvPlan::new(shape, bits, m, max_threads, device, units, !grouped)?;
             let grid = if grouped {
                 p.col_blocks
             } else {
+                // One round of resident blocks; a block's teams take column
+                // blocks `b, b + grid, …` between them.
                 let resident = self.resident_blocks(i, &p)?;
-                p.col_blocks.min(resident.saturating_mul(device.sm_count).max(1))
+                p.col_blocks.div_ceil(p.geometry.teams()).min(resident.saturating_mul(device.sm_count).max(1))
             };
             GemvLaunch {
                 geom: p.geometry.pack(),
@@ -168,7 +170,9 @@ impl SlotPlan {
     /// summation order). `C` is the widest power of two (≥ one warp per
     /// block, ≤ `max_threads / S`) that still gives about one block per SM
     /// (7/8 of them), so narrow matrices spread over the whole GPU while wide
-    /// ones keep many columns per block. The staging chunk `R` (loop
+    /// ones keep many columns per block; a dense matrix that this gives
+    /// between one and one and a half blocks per SM gets half that `C`.
+    /// The staging chunk `R` (loop
     /// iterations, `R·S` tiles) holds about 64 (tile, row) pairs of
     /// activations, at least one iteration's `S` tiles and at most all of K.
     pub fn new(shape: Shape, bits: u32, m: usize, sm_count: u32, units: usize, max_threads: u32) -> Self {
@@ -178,6 +182,13 @@ impl SlotPlan {
         let want = (sm_count as usize * 7).div_ceil(8).max(1);
         let mut c = 1u32 << hi.ilog2();
         while c > lo && units.max(1) * shape.n.div_ceil(c as usize) < want {
+            c /= 2;
+        }
+        // A dense matrix of between one and one and a half blocks per SM
+        // would leave the SMs that get a second block finishing alone
+        // (2048×5120: 160 blocks on 132 SMs); halving C evens the shares.
+        let blocks = shape.n.div_ceil(c as usize);
+        if units <= 1 && c > lo && blocks > sm_count as usize && 2 * blocks <= 3 * sm_count as usize {
             c /= 2;
         }
         let n_iter = kbit_format::tile::k_tiles(shape.k).div_ceil(s as usize) as u32;
@@ -191,6 +202,13 @@ impl SlotPlan {
         }
     }
 }
+
+/// Column blocks per SM from which a dense block-variant call runs one
+/// block of two teams per SM. With fewer the per-SM shares are coarse
+/// either way (H100, M = 1..2: 4096×14336, 3.4 column blocks per SM, ran
+/// 20.2 µs with two blocks per SM and 21.8 µs teamed; 8192×28672, 6.8 per
+/// SM, 59.8 µs and 57.3 µs).
+pub(crate) const TEAMED_MIN_COL_BLOCKS_PER_SM: usize = 4;
 
 /// Launch plan of one GEMV call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -219,7 +237,20 @@ impl GemvPlan {
     /// grows up to all of K (activations staged once per block), at least
     /// about 64 (tile, row) pairs; then the rings get the most stages that
     /// still fit (at most [`g::MAX_STAGES`], at least 2).
-    pub fn new(shape: Shape, bits: u32, m: usize, max_threads: u32, device: &DeviceInfo, units: usize) -> Result<Self> {
+    ///
+    /// A dense call (`teams`) whose instance can hold two teams of `W` warps
+    /// and whose matrix has at least [`TEAMED_MIN_COL_BLOCKS_PER_SM`] column
+    /// blocks per SM gets one block per SM of two teams instead
+    /// ([`GemvPlan::teamed`]), when that fits.
+    pub fn new(
+        shape: Shape,
+        bits: u32,
+        m: usize,
+        max_threads: u32,
+        device: &DeviceInfo,
+        units: usize,
+        teams: bool,
+    ) -> Result<Self> {
         let w = g::warps(shape.k);
         if 32 * w > max_threads {
             return Err(Error::NotApplicable {
@@ -229,7 +260,15 @@ impl GemvPlan {
         }
         let col_blocks = shape.n.div_ceil(g::BLOCK_COLS as usize);
         let n_iter = kbit_format::tile::k_tiles(shape.k).div_ceil(w as usize) as u32;
-        let geo = |chunk: u32, stages: u32| Geometry { log_warps: w.ilog2(), log_chunk: chunk.ilog2(), stages };
+        if teams
+            && 64 * w <= max_threads
+            && col_blocks >= TEAMED_MIN_COL_BLOCKS_PER_SM * device.sm_count as usize
+            && let Some(p) = Self::teamed(w, n_iter, col_blocks, bits, m, device)
+        {
+            return Ok(p);
+        }
+        let geo =
+            |chunk: u32, stages: u32| Geometry { log_warps: w.ilog2(), log_chunk: chunk.ilog2(), stages, log_teams: 0 };
         // Two blocks per SM only pay when there is work for them. The
         // driver reserves 1 KB of shared memory per block.
         let two = col_blocks * units.max(1) > device.sm_count as usize;
@@ -248,6 +287,27 @@ impl GemvPlan {
         let stages = (first..=g::MAX_STAGES).rev().find(|&s| fits(chunk, s)).unwrap_or(2);
         let geometry = geo(chunk, stages);
         Ok(Self { geometry, col_blocks: col_blocks as u32, smem_bytes: geometry.smem_bytes(bits, m as u32) })
+    }
+
+    /// The plan of one block per SM holding two teams of `W` warps, if it
+    /// fits: the teams share one decode table and the activations, staged
+    /// once for all of K, and each gets the deepest rings (2 stages at
+    /// least) that still fit one block per SM. Two blocks per SM would
+    /// hold the same warps but pair their column blocks as the hardware
+    /// happens to place them (an SM holding two blocks with one column block
+    /// more each finishes last); one block per SM takes `grid` column
+    /// blocks at a time, so the SMs' shares differ by at most one.
+    fn teamed(w: u32, n_iter: u32, col_blocks: usize, bits: u32, m: usize, device: &DeviceInfo) -> Option<Self> {
+        let chunk = n_iter.next_power_of_two();
+        let geo = |stages: u32| Geometry { log_warps: w.ilog2(), log_chunk: chunk.ilog2(), stages, log_teams: 1 };
+        // The driver reserves 1 KB of shared memory per block.
+        let fits = |stages: u32| {
+            let bytes = geo(stages).smem_bytes(bits, m as u32) as usize;
+            bytes <= device.max_smem_per_block && bytes + 1024 <= device.max_smem_per_sm
+        };
+        let stages = (2..=g::MAX_STAGES).rev().find(|&s| fits(s))?;
+        let geometry = geo(stages);
+        Some(Self { geometry, col_blocks: col_blocks as u32, smem_bytes: geometry.smem_bytes(bits, m as u32) })
     }
 }
 
@@ -474,14 +534,18 @@ mod tests {
                     for m in 1..=GEMV_MAX_M {
                         for (dev, units) in [(h100(), 1), (rtx4090(), 1), (h100(), 8)] {
                             let (per_block, per_sm) = (dev.max_smem_per_block, dev.max_smem_per_sm);
-                            let p = GemvPlan::new(shape, bits, m, 512, &dev, units).unwrap();
+                            let p = GemvPlan::new(shape, bits, m, 512, &dev, units, true).unwrap();
                             let geo = p.geometry;
                             assert_eq!(geo.warps(), g::warps(k), "{n}x{k}");
                             assert!(geo.threads() <= 512, "{geo:?}");
                             assert!((2..=g::MAX_STAGES).contains(&geo.stages()), "{geo:?}");
-                            // Two blocks per SM whenever there is work for them
-                            // (sm_90 always has the room; sm_89 not for every shape).
-                            if p.col_blocks as usize * units > dev.sm_count as usize && per_sm > 200_000 {
+                            // Two blocks (or one of two teams) per SM whenever there
+                            // is work for them (sm_90 always has the room; sm_89 not
+                            // for every shape).
+                            if p.col_blocks as usize * units > dev.sm_count as usize
+                                && per_sm > 200_000
+                                && geo.teams() == 1
+                            {
                                 assert!(2 * (p.smem_bytes as usize + 1024) <= per_sm, "{n}x{k} k={bits} m={m}");
                             }
                             assert_eq!(p.col_blocks as usize, n.div_ceil(32));
@@ -497,10 +561,47 @@ mod tests {
             }
         }
         // An instance that cannot hold W warps is refused, not launched smaller.
-        assert!(GemvPlan::new(Shape::new(4096, 8192).unwrap(), 4, 1, 256, &h100(), 1).is_err());
+        assert!(GemvPlan::new(Shape::new(4096, 8192).unwrap(), 4, 1, 256, &h100(), 1, true).is_err());
         // Short K gets every tile of a warp in flight at once.
-        let short = GemvPlan::new(Shape::new(5120, 2048).unwrap(), 4, 1, 512, &h100(), 1).unwrap();
+        let short = GemvPlan::new(Shape::new(5120, 2048).unwrap(), 4, 1, 512, &h100(), 1, false).unwrap();
         assert!(short.geometry.stages() >= 3, "{short:?}");
+    }
+
+    /// Two-team plans: only for dense calls of instances that allow 64·W
+    /// threads and matrices of enough column blocks per SM; then one
+    /// block per SM with all of K staged, at least two stages, within the
+    /// block's shared memory.
+    #[test]
+    fn teamed_plans() {
+        for &(n, k) in &[(28672usize, 8192usize), (14336, 4096), (8192, 8192), (4096, 8192), (10240, 2048)] {
+            for bits in 2..=5 {
+                for m in 1..=GEMV_MAX_M {
+                    for dev in [h100(), rtx4090()] {
+                        let shape = Shape::new(n, k).unwrap();
+                        let p = GemvPlan::new(shape, bits, m, 1024, &dev, 1, true).unwrap();
+                        let geo = p.geometry;
+                        assert_eq!(geo.warps(), g::warps(k));
+                        assert!(p.smem_bytes as usize <= dev.max_smem_per_block, "{n}x{k} k={bits} m={m}");
+                        assert_eq!(Geometry::unpack(geo.pack()), geo);
+                        if geo.teams() > 1 {
+                            assert!(n.div_ceil(32) >= TEAMED_MIN_COL_BLOCKS_PER_SM * dev.sm_count as usize, "{n}x{k}");
+                            assert!(geo.threads() <= 1024 && geo.stages() >= 2, "{geo:?}");
+                            let n_iter = kbit_format::tile::k_tiles(k).div_ceil(geo.warps() as usize) as u32;
+                            assert!(geo.chunk() >= n_iter, "{geo:?}: activations must be staged once");
+                            assert!(p.smem_bytes as usize + 1024 <= dev.max_smem_per_sm);
+                        }
+                        // Grouped calls and register-bound instances keep one team.
+                        let grouped = GemvPlan::new(shape, bits, m, 1024, &dev, 1, false).unwrap();
+                        assert_eq!(grouped.geometry.teams(), 1);
+                        let narrow = GemvPlan::new(shape, bits, m, 512, &dev, 1, true).unwrap();
+                        assert_eq!(narrow.geometry.teams(), 1);
+                    }
+                }
+            }
+        }
+        // The Llama-3-70B gate/up matrix at M = 1 on sm_90 is teamed.
+        let big = GemvPlan::new(Shape::new(28672, 8192).unwrap(), 4, 1, 1024, &h100(), 1, true).unwrap();
+        assert_eq!(big.geometry.teams(), 2, "{big:?}");
     }
 
     /// Every column-slot plan is a valid launch: a whole number of warps, at most 512

@@ -250,6 +250,11 @@ pub struct Geometry {
     pub log_chunk: u32,
     /// Stages of each warp's weight ring (`S`, 2..=8; not a log).
     pub stages: u32,
+    /// log2 of the teams per block (`H`): teams of `W` warps share the
+    /// decode table and the activations (staged once, all of K), each
+    /// working through its own column blocks with its own rings and
+    /// reduction buffer. `H > 1` only with all of K staged at once.
+    pub log_teams: u32,
 }
 
 impl Geometry {
@@ -265,34 +270,44 @@ impl Geometry {
     pub const fn stages(&self) -> u32 {
         self.stages
     }
-    /// Threads per block.
-    pub const fn threads(&self) -> u32 {
-        32 * self.warps()
+    /// Teams of `W` warps per block.
+    pub const fn teams(&self) -> u32 {
+        1 << self.log_teams
     }
-    /// The one `u32` kernel argument: `log_warps | log_chunk << 8 | stages << 16`.
+    /// Threads per block: `H` teams of `W` warps.
+    pub const fn threads(&self) -> u32 {
+        32 * self.warps() * self.teams()
+    }
+    /// The one `u32` kernel argument:
+    /// `log_warps | log_chunk << 8 | stages << 16 | log_teams << 24`.
     pub const fn pack(&self) -> u32 {
-        self.log_warps | self.log_chunk << 8 | self.stages << 16
+        self.log_warps | self.log_chunk << 8 | self.stages << 16 | self.log_teams << 24
     }
     /// Inverse of [`Geometry::pack`].
     #[inline(always)]
     pub const fn unpack(g: u32) -> Self {
-        Self { log_warps: g & 0xFF, log_chunk: (g >> 8) & 0xFF, stages: (g >> 16) & 0xFF }
+        Self { log_warps: g & 0xFF, log_chunk: (g >> 8) & 0xFF, stages: (g >> 16) & 0xFF, log_teams: g >> 24 }
     }
-    /// Offset of the reduction buffer (`W·M·BLOCK_COLS` floats of warp
-    /// partials): after the decode table and the staged activations (`R·W`
-    /// tiles), which may stay resident across column blocks.
+    /// Offset of the reduction buffers (per team `W·M·BLOCK_COLS` floats of
+    /// warp partials, [`Geometry::red_bytes`] apart): after the decode table
+    /// and the staged activations (`R·W` tiles), which may stay resident
+    /// across column blocks.
     pub const fn red_offset(&self, bits: u32, m: u32) -> u32 {
         table_bytes(bits) + self.chunk() * self.warps() * x_tile_floats(m) * 4
     }
+    /// Bytes of one team's reduction buffer.
+    pub const fn red_bytes(&self, m: u32) -> u32 {
+        self.warps() * m * BLOCK_COLS * 4
+    }
     /// Bytes before the weight rings: the table, the staged activations and
-    /// the reduction buffer.
+    /// the teams' reduction buffers.
     pub const fn ring_offset(&self, bits: u32, m: u32) -> u32 {
-        self.red_offset(bits, m) + self.warps() * m * BLOCK_COLS * 4
+        self.red_offset(bits, m) + self.teams() * self.red_bytes(m)
     }
     /// Dynamic shared memory in bytes for `m` rows at bit width `bits`:
-    /// [`Geometry::ring_offset`], then `W` rings of `S` stages
-    /// ([`stage_bytes`]).
+    /// [`Geometry::ring_offset`], then one ring of `S` stages
+    /// ([`stage_bytes`]) per warp of every team.
     pub const fn smem_bytes(&self, bits: u32, m: u32) -> u32 {
-        self.ring_offset(bits, m) + self.warps() * self.stages() * stage_bytes(bits)
+        self.ring_offset(bits, m) + self.teams() * self.warps() * self.stages() * stage_bytes(bits)
     }
 }

@@ -20,6 +20,20 @@
 //! `b, b + grid, …`) and a lane's loads form one stream across its column
 //! blocks, so the pipeline does not drain between them.
 //!
+//! # Teams
+//!
+//! A block may hold `H` teams of `W` warps (`H` = 2 for dense calls on
+//! large matrices when registers and shared memory allow; 1 otherwise).
+//! The teams share the decode table and the activations, which are then
+//! staged once for all of K; each team has its own rings, reduction buffer
+//! and named barrier (`1 + team`) and walks its own column blocks: team
+//! `h` of block `b` is virtual block `b + h·grid` of a grid of `H·grid`.
+//! With one block per SM, each SM then takes column blocks `b, b + grid,
+//! …`, and no SM gets more than one column block above the average (two
+//! blocks of one team each would be paired on an SM as the hardware
+//! places them, and an SM holding two blocks with one extra column block
+//! each sets the kernel's time).
+//!
 //! # Activations and decode
 //!
 //! `x` for `R·W` consecutive tiles (all of K when it fits: then once per
@@ -56,6 +70,7 @@
 
 use crate::elem::{Bf16, Elem, F16};
 use crate::ptx;
+use crate::stage_x;
 use core::num::NonZeroU32;
 use kbit_format::gemv::{self as g, Geometry};
 use kbit_format::{e4m4, tile};
@@ -235,14 +250,9 @@ pub(crate) unsafe fn build_table<const K: usize>(cb: *const f32, table: u32) {
 }
 
 /// Stages `x` for tiles `first_tile .. first_tile + tiles` as f32 at shared
-/// address `xs` (`[tile][row][h][36]`, see [`g::x_tile_floats`]): each
-/// thread converts 8 values (one 16-byte load) per unit. With `PAIRED`
-/// the first round takes two units, so that two loads are in flight, and
-/// `between` runs after their loads are issued and before anything is
-/// stored (the prologue builds the decode table there, overlapping the two
-/// latencies); the main loop stages one unit per round (fewer registers).
-/// Rows `≥ rows` and columns `≥ k_dim` are written as zeros without reading
-/// `x`.
+/// address `xs` in this variant's layout (`[tile][row][h][36]`, see
+/// [`g::x_tile_floats`]: octet `o` of a row lies in half `o / 4`), through
+/// [`stage_x::stage`] (`PAIRED` and `between` as there).
 ///
 /// # Safety
 /// `x` holds `rows` rows of `k_dim` values and is 16-aligned; the staged
@@ -258,48 +268,8 @@ unsafe fn stage_x<const M: usize, T: Elem<Raw = u16>, const PAIRED: bool>(
     between: impl FnOnce(),
 ) {
     let stride = g::x_tile_floats(M as u32);
-    let units = tiles * M as u32 * 8;
-    let nt = ptx::block_dim();
-    // Unit u: 8 activations `8o .. 8o + 8` of (tile tc, row r), half o / 4:
-    // its raw load (zeros when outside x) and its shared address.
-    let load = |u: u32| {
-        let o = u & 7;
-        let rest = u >> 3;
-        let r = rest % M as u32;
-        let tc = rest / M as u32;
-        let pos = (first_tile + tc) as u64 * 64 + 8 * o as u64;
-        let raw = if u < units && r < rows && pos < k_dim as u64 {
-            unsafe { ptx::ld_nc_v4(x.add((r as u64 * k_dim as u64 + pos) as usize) as *const u32) }
-        } else {
-            [0; 4]
-        };
-        let half = (r * 2 + (o >> 2)) * g::X_HALF_FLOATS;
-        (raw, xs + (tc * stride + half + 8 * (o & 3)) * 4)
-    };
-    let store = |u: u32, (raw, dst): ([u32; 4], u32)| {
-        if u < units {
-            let v: [u32; 8] = core::array::from_fn(|i| T::to_f32((raw[i / 2] >> (16 * (i % 2))) as u16).to_bits());
-            unsafe {
-                ptx::st_shared_v4(dst, [v[0], v[1], v[2], v[3]]);
-                ptx::st_shared_v4(dst + 16, [v[4], v[5], v[6], v[7]]);
-            }
-        }
-    };
-    let mut u = ptx::tid();
-    if PAIRED {
-        let (a, b) = (load(u), load(u + nt));
-        between();
-        store(u, a);
-        store(u + nt, b);
-        u += 2 * nt;
-    } else {
-        between();
-    }
-    while u < units {
-        let a = load(u);
-        store(u, a);
-        u += nt;
-    }
+    let dst = |tc: u32, r: u32, o: u32| xs + (tc * stride + (r * 2 + (o >> 2)) * g::X_HALF_FLOATS + 8 * (o & 3)) * 4;
+    unsafe { stage_x::stage::<M, T, PAIRED>(x, k_dim, rows, first_tile, tiles, dst, between) }
 }
 
 /// The staged activations of 8 consecutive K positions, all rows (row
@@ -403,26 +373,54 @@ struct Stream {
     cb: u32,
 }
 
+/// A thread's place in its team (module docs, "Teams"): the team's
+/// `W` warps share a named barrier, a reduction buffer and a list of
+/// column blocks.
+#[derive(Clone, Copy)]
+struct Team {
+    /// The team's index in the block (its barrier is `1 + id`).
+    id: u32,
+    /// The thread's index inside the team, `0 .. 32·W`.
+    t: u32,
+    /// Warps per team, `W`.
+    warps: u32,
+}
+
+impl Team {
+    /// The calling thread's team under geometry `geo`.
+    #[inline(always)]
+    fn of(geo: &Geometry) -> Self {
+        let t = ptx::tid();
+        Self { id: t >> (5 + geo.log_warps), t: t & (32 * geo.warps() - 1), warps: geo.warps() }
+    }
+
+    /// Barrier of the team's threads only.
+    #[inline(always)]
+    fn sync(&self) {
+        ptx::bar_sync_named(1 + self.id, 32 * self.warps);
+    }
+}
+
 /// Reduces one column block's accumulators and writes its outputs: the two
 /// halves of a column meet through a shuffle (`a_0 + a_1`, the same sum in
-/// both lanes); warp partials go to `red[warp][row][col]` at `red`, then one
-/// thread per (row, column) adds them in warp order and rounds.
+/// both lanes); warp partials go to `red[warp][row][col]` at `red` (the
+/// team's buffer), then one thread per (row, column) adds them in warp
+/// order and rounds.
 ///
 /// # Safety
-/// Every thread of the block calls it; `red` has room for `W·M·32` floats
+/// Every thread of the team calls it; `red` has room for `W·M·32` floats
 /// and nobody reads it any more; `y` holds `rows` rows of `n_dim`.
 #[inline(always)]
 unsafe fn epilogue<const M: usize, T: Elem<Raw = u16>>(
     acc: &[[f32; M]; G],
     red: u32,
-    warps: u32,
+    team: Team,
     y: *mut u16,
     rows: u32,
     n_dim: u64,
     first_col: u64,
 ) {
-    let t = ptx::tid();
-    let (lane, warp) = (t & 31, t >> 5);
+    let (lane, warp) = (team.t & 31, team.t >> 5);
     let cols = g::BLOCK_COLS;
     let mut part = [[0f32; M]; G];
     for gi in 0..G {
@@ -432,7 +430,7 @@ unsafe fn epilogue<const M: usize, T: Elem<Raw = u16>>(
                 if lane & 1 == 0 { ptx::add_rn_f32(acc[gi][r], other) } else { ptx::add_rn_f32(other, acc[gi][r]) };
         }
     }
-    ptx::bar_sync();
+    team.sync();
     if lane & 1 == 0 {
         for gi in 0..G {
             let col = 16 * gi as u32 + lane / 2;
@@ -441,26 +439,26 @@ unsafe fn epilogue<const M: usize, T: Elem<Raw = u16>>(
             }
         }
     }
-    ptx::bar_sync();
-    let mut q = t;
+    team.sync();
+    let mut q = team.t;
     while q < cols * M as u32 {
         let r = q / cols;
         let c = q % cols;
         let mut v = unsafe { ptx::ld_shared_f32(red + (r * cols + c) * 4) };
-        for w in 1..warps {
+        for w in 1..team.warps {
             v = ptx::add_rn_f32(v, unsafe { ptx::ld_shared_f32(red + ((w * M as u32 + r) * cols + c) * 4) });
         }
         let nn = first_col + c as u64;
         if r < rows && nn < n_dim {
             unsafe { *y.add((r as u64 * n_dim + nn) as usize) = T::from_f32(v) };
         }
-        q += ptx::block_dim();
+        q += 32 * team.warps;
     }
 }
 
-/// The GEMV of one block over its column blocks `items` (32 columns each,
-/// masked at `n_dim`): all of K, `rows ≤ M` rows of `x` (row stride
-/// `k_dim`) into `y` (row stride `n_dim`). Each warp streams its tiles
+/// The GEMV of one block: each team computes its column blocks
+/// `items(team)` (32 columns each, masked at `n_dim`): all of K, `rows ≤ M`
+/// rows of `x` (row stride `k_dim`) into `y` (row stride `n_dim`). Each warp streams its tiles
 /// through its own ring of `S` shared-memory stages with `cp.async`,
 /// `S − 1` tiles ahead of the math and across item boundaries, so the next
 /// column block's first tiles are in flight while this one is reduced.
@@ -469,8 +467,8 @@ unsafe fn epilogue<const M: usize, T: Elem<Raw = u16>>(
 /// The pointers describe an `[n_dim, k_dim]` runtime-layout matrix with its
 /// `2^K`-entry codebook (readable from the 16-byte boundaries at or below
 /// `packed` and `scales`), `rows` rows of activations (16-aligned) and of
-/// outputs; the launch has `32·W` threads and `Geometry::smem_bytes` of
-/// dynamic shared memory.
+/// outputs; the launch has `32·W·H` threads and `Geometry::smem_bytes` of
+/// dynamic shared memory; with `H > 1` the staging chunk covers all of K.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
@@ -483,12 +481,17 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     n_dim: u32,
     k_dim: u32,
     geom: u32,
-    items: Items,
+    items: impl FnOnce(u32) -> Items,
 ) {
     let geo = Geometry::unpack(geom);
     let t = ptx::tid();
     let lane = t & 31;
-    let warp = t >> 5;
+    let team = Team::of(&geo);
+    let items = items(team.id);
+    // The warp's K slot (its place in the team) and its ring (its place in
+    // the block).
+    let warp = team.t >> 5;
+    let ring_warp = t >> 5;
     let n_dim = n_dim as u64;
     let k_tiles = (k_dim >> 6) + (k_dim & 63 != 0) as u32;
     let n_iter = (k_tiles + geo.warps() - 1) >> geo.log_warps;
@@ -500,9 +503,9 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
 
     let base = ptx::smem_base();
     let xs = base + g::table_bytes(K as u32);
-    let red = base + geo.red_offset(K as u32, M as u32);
+    let red = base + geo.red_offset(K as u32, M as u32) + team.id * geo.red_bytes(M as u32);
     let stage_bytes = g::stage_bytes(K as u32);
-    let ring = base + geo.ring_offset(K as u32, M as u32) + warp * geo.stages() * stage_bytes;
+    let ring = base + geo.ring_offset(K as u32, M as u32) + ring_warp * geo.stages() * stage_bytes;
     // This lane's copy of the decode table.
     let table = match K {
         2 => base + (t % g::QUAD_REPLICAS) * g::QUAD_ENTRY_BYTES,
@@ -588,7 +591,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
         spans_now.advance(step);
         if i == n_iter {
             let first_col = cb_now as u64 * g::BLOCK_COLS as u64;
-            unsafe { epilogue::<M, T>(&acc, red, geo.warps(), y, rows, n_dim, first_col) };
+            unsafe { epilogue::<M, T>(&acc, red, team, y, rows, n_dim, first_col) };
             acc = [[0f32; M]; G];
             i = 0;
             item += 1;
@@ -599,9 +602,10 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     ptx::cp_async_wait::<0>();
 }
 
-/// Body of `kbit_gemv_m{M}_k{K}_{T}`: a persistent grid; block `b`
-/// computes column blocks `b, b + grid, …` (32 columns each) of all `M`
-/// rows.
+/// Body of `kbit_gemv_m{M}_k{K}_{T}`: a persistent grid; team `h` of
+/// block `b` is virtual block `v = b + h·grid` of `H·grid` and computes
+/// column blocks `v, v + H·grid, …` (32 columns each) of all `M` rows, so
+/// a block's teams together take `b, b + grid, b + 2·grid, …`.
 ///
 /// # Safety
 /// As [`body`] with `rows = M`.
@@ -619,9 +623,13 @@ pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>>(
 ) {
     let col_blocks = n_dim.div_ceil(g::BLOCK_COLS);
     let (b, grid) = (ptx::bid(), ptx::grid_dim());
-    let Some(step) = NonZeroU32::new(grid) else { return };
-    let count = if b < col_blocks { (col_blocks - b + grid - 1) / step } else { 0 };
-    let items = Items { first: b, step: grid, count };
+    let teams = Geometry::unpack(geom).teams();
+    let Some(step) = NonZeroU32::new(grid.wrapping_mul(teams)) else { return };
+    let items = |h: u32| {
+        let v = b + h * grid;
+        let count = if v < col_blocks { (col_blocks - v + step.get() - 1) / step } else { 0 };
+        Items { first: v, step: step.get(), count }
+    };
     unsafe { body::<M, K, T>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items) }
 }
 
@@ -704,7 +712,9 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
             n_dim,
             k_dim,
             geom,
-            Items { first: col_block, step: 1, count: 1 },
+            // One team (the host launches grouped calls with H = 1; any
+            // further team would find no work).
+            |h| Items { first: col_block, step: 1, count: (h == 0) as u32 },
         )
     }
 }

@@ -17,7 +17,9 @@
 //! lanes read one contiguous span. When `C ≥ 32` a warp is 32 columns of
 //! one slot; when `C < 32` (narrow matrices, to fill the GPU) a warp holds
 //! `32 / C` slots. Weight loads run two tiles ahead of the math (three
-//! register buffers used in turn, the loop unrolled by three), evict-first
+//! register buffers used in turn, the loop unrolled by three; the first
+//! two tiles, the first activations and the codebook are all requested
+//! before the prologue waits on any of them), evict-first
 //! in L1 and L2: a column's later loads hit the sectors its first load
 //! brought into L1, and nothing of the weights is worth keeping in L2.
 //!
@@ -56,6 +58,7 @@
 use crate::elem::{Bf16, Elem, F16};
 use crate::gemv::{build_table, expert_of_row};
 use crate::ptx;
+use crate::stage_x;
 use core::num::NonZeroU32;
 use kbit_format::gemv as g;
 use kbit_format::gemv_slots::{self as gs, Geometry};
@@ -155,46 +158,26 @@ impl Cursor {
 }
 
 /// Stages `x` for tiles `first_tile .. first_tile + tiles` as f32 at shared
-/// address `xs` (`[tile][row][64]`, tile stride `x_tile_floats(M)`): each
-/// thread converts 8 values (one 16-byte load) per step. Rows `≥ rows` and
-/// columns `≥ k_dim` are written as zeros without reading `x`.
+/// address `xs` in this variant's layout (`[tile][row][64]`, tile stride
+/// `x_tile_floats(M)`), through [`stage_x::stage`] (`PAIRED` and `between`
+/// as there).
 ///
 /// # Safety
 /// `x` holds `rows` rows of `k_dim` values and is 16-aligned; the staged
 /// tiles fit the dynamic shared memory.
 #[inline(always)]
-unsafe fn stage_x<const M: usize, T: Elem<Raw = u16>>(
+unsafe fn stage_x<const M: usize, T: Elem<Raw = u16>, const PAIRED: bool>(
     x: *const u16,
     k_dim: u32,
     rows: u32,
     first_tile: u32,
     tiles: u32,
     xs: u32,
+    between: impl FnOnce(),
 ) {
     let stride = gs::x_tile_floats(M as u32);
-    let units = tiles * M as u32 * 8;
-    let mut u = ptx::tid();
-    while u < units {
-        let o = u & 7;
-        let rest = u >> 3;
-        let r = rest % M as u32;
-        let tc = rest / M as u32;
-        let pos = (first_tile + tc) as u64 * 64 + 8 * o as u64;
-        let mut v = [0u32; 8];
-        if r < rows && pos < k_dim as u64 {
-            let raw = unsafe { ptx::ld_nc_v4(x.add((r as u64 * k_dim as u64 + pos) as usize) as *const u32) };
-            for i in 0..4 {
-                v[2 * i] = T::to_f32(raw[i] as u16).to_bits();
-                v[2 * i + 1] = T::to_f32((raw[i] >> 16) as u16).to_bits();
-            }
-        }
-        let dst = xs + (tc * stride + r * 64 + 8 * o) * 4;
-        unsafe {
-            ptx::st_shared_v4(dst, [v[0], v[1], v[2], v[3]]);
-            ptx::st_shared_v4(dst + 16, [v[4], v[5], v[6], v[7]]);
-        }
-        u += ptx::block_dim();
-    }
+    let dst = |tc: u32, r: u32, o: u32| xs + (tc * stride + r * 64 + 8 * o) * 4;
+    unsafe { stage_x::stage::<M, T, PAIRED>(x, k_dim, rows, first_tile, tiles, dst, between) }
 }
 
 /// The staged activations of 8 consecutive K positions, all rows.
@@ -347,21 +330,30 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
         }
         ahead.advance();
     };
+    // The prologue's global reads go out before anything waits on one: the
+    // first two tiles, the first chunk of activations and the codebook
+    // (read by the table build, between the activation loads and their
+    // stores). One barrier publishes table and activations.
     let (mut ta, mut tb, mut tc) = (Tile::<K>::ZERO, Tile::<K>::ZERO, Tile::<K>::ZERO);
     fetch(0, &mut ta);
     fetch(1, &mut tb);
-    unsafe { build_table::<K>(cb, base) };
+    unsafe {
+        stage_x::<M, T, true>(x, k_dim, rows, 0, geo.chunk() << geo.log_slots, xs, || build_table::<K>(cb, base));
+    }
+    ptx::bar_sync();
 
     let mut acc = [[0f32; M]; 2];
-    // Iteration i: stage activations when a chunk starts, then tile i.
+    // Iteration i: stage activations when a later chunk starts, then tile i.
     macro_rules! step {
         ($i:expr, $t:expr) => {{
             let i: u32 = $i;
-            if i & chunk_mask == 0 {
-                // Everyone is done with the previous chunk (and the table is
-                // written); stage the next R·S tiles; publish.
+            if i & chunk_mask == 0 && i != 0 {
+                // Everyone is done with the previous chunk; stage the next
+                // R·S tiles; publish.
                 ptx::bar_sync();
-                unsafe { stage_x::<M, T>(x, k_dim, rows, i << geo.log_slots, geo.chunk() << geo.log_slots, xs) };
+                unsafe {
+                    stage_x::<M, T, false>(x, k_dim, rows, i << geo.log_slots, geo.chunk() << geo.log_slots, xs, || {})
+                };
                 ptx::bar_sync();
             }
             if ok(i) {

@@ -25,6 +25,7 @@ pub mod ptx;
 pub mod quantize;
 pub mod repack;
 pub mod selftest;
+pub mod stage_x;
 pub mod tile_io;
 
 use dequant::{Flat, Tiled};

@@ -72,6 +72,14 @@ pub fn bar_sync() {
     unsafe { asm!("bar.sync 0;") }
 }
 
+/// `bar.sync id, threads`: named barrier among `threads` threads (whole
+/// warps) of the block, for groups of warps that synchronize on their own
+/// while others work on. Any SM.
+#[inline(always)]
+pub fn bar_sync_named(id: u32, threads: u32) {
+    unsafe { asm!("bar.sync {id}, {n};", id = in(reg32) id, n = in(reg32) threads) }
+}
+
 /// `shfl.sync.bfly`: butterfly exchange for warp reductions. sm_30 (.sync: PTX 6.0).
 #[inline(always)]
 pub fn shfl_bfly(v: u32, mask: u32) -> u32 {
