@@ -46,10 +46,21 @@ pub(crate) struct GemvKernels {
 /// Dtypes of the GEMV kernels, in table order.
 pub(crate) const GEMV_DTYPES: [Dtype; 2] = [Dtype::F16, Dtype::Bf16];
 
+/// Largest M with a two-team instance (`names::gemv_teams`).
+pub(crate) const TEAMS_MAX_M: usize = 2;
+
+/// Table index of an instance of one of the four families
+/// (`names::all_gemv`).
 fn slot(slots: bool, grouped: bool, m: usize, bits: u32, dtype: Dtype) -> usize {
     let d = (dtype == Dtype::Bf16) as usize;
     let family = 2 * slots as usize + grouped as usize;
     ((family * GEMV_MAX_M + (m - 1)) * 4 + (bits - 2) as usize) * GEMV_DTYPES.len() + d
+}
+
+/// Table index of a two-team instance (after the four families).
+fn teams_slot(m: usize, bits: u32, dtype: Dtype) -> usize {
+    let d = (dtype == Dtype::Bf16) as usize;
+    4 * GEMV_MAX_M * 4 * GEMV_DTYPES.len() + ((m - 1) * 4 + (bits - 2) as usize) * GEMV_DTYPES.len() + d
 }
 
 impl GemvKernels {
@@ -98,19 +109,35 @@ impl GemvKernels {
         units: usize,
     ) -> Result<(&CudaFunction, GemvLaunch)> {
         let slots = g::uses_slots(shape.n, shape.k);
-        let i = slot(slots, grouped, m, bits, dtype);
-        let (f, max_threads) = (&self.funcs[i], self.max_threads[i]);
-        let launch = if slots {
-            let p = SlotPlan::new(shape, bits, m, device.sm_count, units, max_threads);
-            GemvLaunch {
+        let (i, launch) = if slots {
+            let i = slot(slots, grouped, m, bits, dtype);
+            let p = SlotPlan::new(shape, bits, m, device.sm_count, units, self.max_threads[i]);
+            let launch = GemvLaunch {
                 geom: p.geometry.pack(),
                 threads: p.geometry.threads(),
                 smem_bytes: p.smem_bytes,
                 col_blocks: p.col_blocks,
                 grid: p.col_blocks,
-            }
+            };
+            (i, launch)
         } else {
-            let p = GemvPlan::new(shape, bits, m, max_threads, device, units, !grouped)?;
+            // A dense call of M ≤ 2 takes the two-team instance when its plan
+            // comes out teamed, the one-team instance otherwise.
+            let teamed = match (grouped, m <= TEAMS_MAX_M) {
+                (false, true) => {
+                    let t = teams_slot(m, bits, dtype);
+                    let p = GemvPlan::new(shape, bits, m, self.max_threads[t], device, units, true)?;
+                    (p.geometry.teams() > 1).then_some((t, p))
+                }
+                _ => None,
+            };
+            let (i, p) = match teamed {
+                Some(tp) => tp,
+                None => {
+                    let i = slot(slots, grouped, m, bits, dtype);
+                    (i, GemvPlan::new(shape, bits, m, self.max_threads[i], device, units, false)?)
+                }
+            };
             let grid = if grouped {
                 p.col_blocks
             } else {
@@ -119,13 +146,14 @@ impl GemvKernels {
                 let resident = self.resident_blocks(i, &p)?;
                 p.col_blocks.div_ceil(p.geometry.teams()).min(resident.saturating_mul(device.sm_count).max(1))
             };
-            GemvLaunch {
+            let launch = GemvLaunch {
                 geom: p.geometry.pack(),
                 threads: p.geometry.threads(),
                 smem_bytes: p.smem_bytes,
                 col_blocks: p.col_blocks,
                 grid,
-            }
+            };
+            (i, launch)
         };
         if launch.smem_bytes as usize > device.max_smem_per_block {
             return Err(Error::SharedMemory {
@@ -133,6 +161,7 @@ impl GemvKernels {
                 available: device.max_smem_per_block,
             });
         }
+        let f = &self.funcs[i];
         Ok((f, launch))
     }
 }
@@ -661,6 +690,13 @@ mod tests {
                 }
             }
         }
+        for m in 1..=TEAMS_MAX_M {
+            for bits in 2..=5 {
+                for d in GEMV_DTYPES {
+                    assert!(seen.insert(teams_slot(m, bits, d)));
+                }
+            }
+        }
         assert_eq!(seen.len(), names::all_gemv().len());
         assert!(seen.iter().all(|&s| s < seen.len()));
         // The table order of `names::all_gemv` matches `slot`.
@@ -669,5 +705,6 @@ mod tests {
         assert_eq!(all[slot(true, true, 2, 5, Dtype::F16)], names::gemv(true, true, 2, 5, Dtype::F16));
         assert_eq!(all[slot(false, false, 1, 2, Dtype::F16)], "kbit_gemv_m1_k2_f16");
         assert_eq!(all[slot(true, false, 1, 2, Dtype::F16)], "kbit_gemv_slots_m1_k2_f16");
+        assert_eq!(all[teams_slot(2, 3, Dtype::Bf16)], "kbit_gemv_teams_m2_k3_bf16");
     }
 }

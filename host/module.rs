@@ -95,7 +95,13 @@ pub mod names {
             dtype.name()
         )
     }
-    /// Every GEMV entry point, in the kernel table's order.
+    /// `kbit_gemv_teams_m{m}_k{bits}_{dtype}`: the block variant with two
+    /// teams per block (dense, m ≤ 2).
+    pub fn gemv_teams(m: usize, bits: u32, dtype: Dtype) -> String {
+        format!("kbit_gemv_teams_m{m}_k{bits}_{}", dtype.name())
+    }
+    /// Every GEMV entry point, in the kernel table's order: the four
+    /// families of [`gemv`], then the two-team instances.
     pub fn all_gemv() -> Vec<String> {
         let mut v = Vec::new();
         for slots in [false, true] {
@@ -106,6 +112,13 @@ pub mod names {
                             v.push(gemv(grouped, slots, m, bits, d));
                         }
                     }
+                }
+            }
+        }
+        for m in 1..=crate::gemv::TEAMS_MAX_M {
+            for bits in super::BITS {
+                for d in crate::gemv::GEMV_DTYPES {
+                    v.push(gemv_teams(m, bits, d));
                 }
             }
         }

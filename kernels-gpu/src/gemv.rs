@@ -387,17 +387,22 @@ struct Team {
 }
 
 impl Team {
-    /// The calling thread's team under geometry `geo`.
+    /// The calling thread's team under geometry `geo` in an instance of `H`
+    /// teams per block (`H = 1`: the whole block, with nothing to compute).
     #[inline(always)]
-    fn of(geo: &Geometry) -> Self {
+    fn of<const H: u32>(geo: &Geometry) -> Self {
         let t = ptx::tid();
-        Self { id: t >> (5 + geo.log_warps), t: t & (32 * geo.warps() - 1), warps: geo.warps() }
+        if H == 1 {
+            Self { id: 0, t, warps: geo.warps() }
+        } else {
+            Self { id: t >> (5 + geo.log_warps), t: t & (32 * geo.warps() - 1), warps: geo.warps() }
+        }
     }
 
-    /// Barrier of the team's threads only.
+    /// Barrier of the team's threads only (the block barrier when `H = 1`).
     #[inline(always)]
-    fn sync(&self) {
-        ptx::bar_sync_named(1 + self.id, 32 * self.warps);
+    fn sync<const H: u32>(&self) {
+        if H == 1 { ptx::bar_sync() } else { ptx::bar_sync_named(1 + self.id, 32 * self.warps) }
     }
 }
 
@@ -411,7 +416,7 @@ impl Team {
 /// Every thread of the team calls it; `red` has room for `W·M·32` floats
 /// and nobody reads it any more; `y` holds `rows` rows of `n_dim`.
 #[inline(always)]
-unsafe fn epilogue<const M: usize, T: Elem<Raw = u16>>(
+unsafe fn epilogue<const M: usize, T: Elem<Raw = u16>, const H: u32>(
     acc: &[[f32; M]; G],
     red: u32,
     team: Team,
@@ -430,7 +435,7 @@ unsafe fn epilogue<const M: usize, T: Elem<Raw = u16>>(
                 if lane & 1 == 0 { ptx::add_rn_f32(acc[gi][r], other) } else { ptx::add_rn_f32(other, acc[gi][r]) };
         }
     }
-    team.sync();
+    team.sync::<H>();
     if lane & 1 == 0 {
         for gi in 0..G {
             let col = 16 * gi as u32 + lane / 2;
@@ -439,7 +444,7 @@ unsafe fn epilogue<const M: usize, T: Elem<Raw = u16>>(
             }
         }
     }
-    team.sync();
+    team.sync::<H>();
     let mut q = team.t;
     while q < cols * M as u32 {
         let r = q / cols;
@@ -471,7 +476,7 @@ unsafe fn epilogue<const M: usize, T: Elem<Raw = u16>>(
 /// dynamic shared memory; with `H > 1` the staging chunk covers all of K.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
+unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32>(
     packed: *const u32,
     scales: *const u8,
     cb: *const f32,
@@ -486,7 +491,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     let geo = Geometry::unpack(geom);
     let t = ptx::tid();
     let lane = t & 31;
-    let team = Team::of(&geo);
+    let team = Team::of::<H>(&geo);
     let items = items(team.id);
     // The warp's K slot (its place in the team) and its ring (its place in
     // the block).
@@ -591,7 +596,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
         spans_now.advance(step);
         if i == n_iter {
             let first_col = cb_now as u64 * g::BLOCK_COLS as u64;
-            unsafe { epilogue::<M, T>(&acc, red, team, y, rows, n_dim, first_col) };
+            unsafe { epilogue::<M, T, H>(&acc, red, team, y, rows, n_dim, first_col) };
             acc = [[0f32; M]; G];
             i = 0;
             item += 1;
@@ -611,7 +616,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
 /// As [`body`] with `rows = M`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>>(
+pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32>(
     packed: *const u32,
     scales: *const u8,
     cb: *const f32,
@@ -623,14 +628,13 @@ pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>>(
 ) {
     let col_blocks = n_dim.div_ceil(g::BLOCK_COLS);
     let (b, grid) = (ptx::bid(), ptx::grid_dim());
-    let teams = Geometry::unpack(geom).teams();
-    let Some(step) = NonZeroU32::new(grid.wrapping_mul(teams)) else { return };
+    let Some(step) = NonZeroU32::new(grid.wrapping_mul(H)) else { return };
     let items = |h: u32| {
         let v = b + h * grid;
         let count = if v < col_blocks { (col_blocks - v + step.get() - 1) / step } else { 0 };
         Items { first: v, step: step.get(), count }
     };
-    unsafe { body::<M, K, T>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items) }
+    unsafe { body::<M, K, T, H>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items) }
 }
 
 /// The expert owning activation row `row`: the number of `offsets[e] ≤ row`
@@ -702,7 +706,7 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     let words = tile::words(n_dim as usize, k_dim as usize, K) as u64;
     let bytes = tile::scales(n_dim as usize, k_dim as usize) as u64;
     unsafe {
-        body::<M, K, T>(
+        body::<M, K, T, 1>(
             packed.add((e * words) as usize),
             scales.add((e * bytes) as usize),
             cb,
@@ -712,9 +716,7 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
             n_dim,
             k_dim,
             geom,
-            // One team (the host launches grouped calls with H = 1; any
-            // further team would find no work).
-            |h| Items { first: col_block, step: 1, count: (h == 0) as u32 },
+            |_| Items { first: col_block, step: 1, count: 1 },
         )
     }
 }
@@ -727,7 +729,7 @@ macro_rules! gemv_entries {
             packed: *const u32, scales: *const u8, cb: *const f32, x: *const u16, y: *mut u16,
             n_dim: u32, k_dim: u32, geom: u32,
         ) {
-            unsafe { dense::<$m, $k, $t>(packed, scales, cb, x, y, n_dim, k_dim, geom) }
+            unsafe { dense::<$m, $k, $t, 1>(packed, scales, cb, x, y, n_dim, k_dim, geom) }
         }
 
         /// Grouped (MoE) scalar GEMV ([`grouped`]) for this max_m, k and dtype.
@@ -779,4 +781,32 @@ gemv_entries! {
     kbit_gemv_m4_k3_bf16 kbit_grouped_gemv_m4_k3_bf16: 4, 3, Bf16;
     kbit_gemv_m4_k4_bf16 kbit_grouped_gemv_m4_k4_bf16: 4, 4, Bf16;
     kbit_gemv_m4_k5_bf16 kbit_grouped_gemv_m4_k5_bf16: 4, 5, Bf16;
+}
+
+/// Dense scalar GEMV with two teams per block ([`dense`] with `H = 2`,
+/// module docs "Teams"), for M = 1, 2: the rows whose instances fit 1024
+/// threads in registers and whose activations (all of K) fit beside two
+/// teams' rings.
+macro_rules! gemv_teams_entries {
+    ($($name:ident: $m:literal, $k:literal, $t:ty;)*) => {$(
+        /// Dense scalar GEMV, two teams per block, for this M, k and dtype.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(
+            packed: *const u32, scales: *const u8, cb: *const f32, x: *const u16, y: *mut u16,
+            n_dim: u32, k_dim: u32, geom: u32,
+        ) {
+            unsafe { dense::<$m, $k, $t, 2>(packed, scales, cb, x, y, n_dim, k_dim, geom) }
+        }
+    )*};
+}
+
+gemv_teams_entries! {
+    kbit_gemv_teams_m1_k2_f16: 1, 2, F16; kbit_gemv_teams_m1_k3_f16: 1, 3, F16;
+    kbit_gemv_teams_m1_k4_f16: 1, 4, F16; kbit_gemv_teams_m1_k5_f16: 1, 5, F16;
+    kbit_gemv_teams_m2_k2_f16: 2, 2, F16; kbit_gemv_teams_m2_k3_f16: 2, 3, F16;
+    kbit_gemv_teams_m2_k4_f16: 2, 4, F16; kbit_gemv_teams_m2_k5_f16: 2, 5, F16;
+    kbit_gemv_teams_m1_k2_bf16: 1, 2, Bf16; kbit_gemv_teams_m1_k3_bf16: 1, 3, Bf16;
+    kbit_gemv_teams_m1_k4_bf16: 1, 4, Bf16; kbit_gemv_teams_m1_k5_bf16: 1, 5, Bf16;
+    kbit_gemv_teams_m2_k2_bf16: 2, 2, Bf16; kbit_gemv_teams_m2_k3_bf16: 2, 3, Bf16;
+    kbit_gemv_teams_m2_k4_bf16: 2, 4, Bf16; kbit_gemv_teams_m2_k5_bf16: 2, 5, Bf16;
 }
