@@ -628,9 +628,21 @@ mod tests {
                 }
             }
         }
-        // The Llama-3-70B gate/up matrix at M = 1 on sm_90 is teamed.
+        // The Llama-3-70B gate/up matrix at M = 1 on sm_90 is teamed, and so
+        // are the shapes of the GPU test `gemv_two_teams_match_the_cpu_model`
+        // (N = 4·SMs·32 + 7) at M = 1 and 2 for the instances that fit 1024
+        // threads.
         let big = GemvPlan::new(Shape::new(28672, 8192).unwrap(), 4, 1, 1024, &h100(), 1, true).unwrap();
         assert_eq!(big.geometry.teams(), 2, "{big:?}");
+        for k in [2080usize, 8192] {
+            for m in 1..=TEAMS_MAX_M {
+                for bits in 2..=5 {
+                    let shape = Shape::new(4 * 132 * 32 + 7, k).unwrap();
+                    let p = GemvPlan::new(shape, bits, m, 1024, &h100(), 1, true).unwrap();
+                    assert_eq!(p.geometry.teams(), 2, "{k} m={m} k={bits}: {p:?}");
+                }
+            }
+        }
     }
 
     /// Every column-slot plan is a valid launch: a whole number of warps, at most 512
