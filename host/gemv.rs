@@ -355,10 +355,13 @@ fn check_rows(m: usize) -> Result<()> {
 
 impl Context {
     /// Scalar GEMV `y[M, N] = x[M, K] · Wᵀ` for M = 1..=4 (kernel 1):
-    /// each weight is dequantized once, as `f32(cb[idx] · scale)`, and
-    /// FMA'd into all M rows in f32; the output is rounded to nearest even.
-    /// Deterministic: the same inputs give the same bits on every run (the
-    /// summation order is documented in [`kbit_format::gemv`]).
+    /// each codebook value is looked up once and FMA'd into all M rows in
+    /// f32, with the block's absmax applied per weight or once per block
+    /// dot product (the summation orders below); the output is rounded to
+    /// nearest even. Deterministic: the
+    /// same inputs give the same bits on every run (the summation orders
+    /// are documented in [`kbit_format::gemv`] and
+    /// [`kbit_format::gemv_slots`]).
     ///
     /// `x` is row-major `[m, K]` (16-byte aligned), `y` row-major `[m, N]`;
     /// f16 or bf16. Asynchronous on [`Context::stream`]; allocates nothing

@@ -5,7 +5,8 @@
 //!
 //! Tolerance. The reference is `reference::matmul_f64` of
 //! `reference::dequantize_tiled::<f32>` (the exact f32 weights
-//! `f32(cb · scale)` the kernel uses), so the only differences are the f32
+//! `f32(cb · scale)`; some kernel paths apply each block's scale once to
+//! its dot products instead), so the only differences are the f32
 //! accumulation (relative ~1e-6 here) and the final rounding to T (half an
 //! ulp of T). With `R = max |ref|` over one output matrix and `p` the
 //! mantissa bits of T (10 for f16, 7 for bf16), we assert
@@ -152,9 +153,12 @@ fn model_blocks<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
 }
 
 /// The column-slot variant (`kbit_format::gemv_slots`): slot `s` of
-/// `S = slots(N, K)` accumulates tiles `s, s + S, …` element by element into
-/// two f32 FMA chains (even and odd elements) of `f32(cb · scale) · x`, its
-/// partial is their sum, and the partials are added in slot order.
+/// `S = slots(N, K)` walks tiles `s, s + S, …` and keeps two f32
+/// accumulators (even and odd elements). For k = 3..5 every element adds
+/// `f32(cb · scale) · x` to its accumulator; for k = 2 each block's two
+/// chains of `cb · x` from 0 are folded in as `fma(d, scale, acc)`. The
+/// slot's partial is the sum of its accumulators, and the partials are
+/// added in slot order.
 fn model_slots<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
     let shape = w.shape();
     let (n_dim, k_dim) = (shape.n, shape.k);
@@ -172,16 +176,27 @@ fn model_slots<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
                         let mut acc = [0.0f32; 2];
                         let mut kt = slot;
                         while kt < k_tiles {
-                            for e in 0..64 {
-                                let kb = (2 * kt + e / 32) as u64;
+                            for h in 0..2 {
+                                let kb = (2 * kt + h) as u64;
                                 let wi = tile::word_index(n_dim as u64, n as u64, kb, bits) as usize;
-                                let idx = planes::index(&w.packed()[wi..wi + bits as usize], e % 32);
                                 let sc =
                                     e4m4::decode(w.scales()[tile::scale_index(n_dim as u64, n as u64, kb) as usize]);
-                                let wv = cb[idx as usize] * sc;
-                                let pos = kt * 64 + e;
-                                let xv = if pos < k_dim { x[r * k_dim + pos].to_f32() } else { 0.0 };
-                                acc[e % 2] = wv.mul_add(xv, acc[e % 2]);
+                                let mut d = [0.0f32; 2];
+                                for e in 0..32 {
+                                    let idx = planes::index(&w.packed()[wi..wi + bits as usize], e);
+                                    let pos = kt * 64 + 32 * h + e;
+                                    let xv = if pos < k_dim { x[r * k_dim + pos].to_f32() } else { 0.0 };
+                                    if bits == 2 {
+                                        d[e % 2] = cb[idx as usize].mul_add(xv, d[e % 2]);
+                                    } else {
+                                        acc[e % 2] = (cb[idx as usize] * sc).mul_add(xv, acc[e % 2]);
+                                    }
+                                }
+                                if bits == 2 {
+                                    for t in 0..2 {
+                                        acc[t] = d[t].mul_add(sc, acc[t]);
+                                    }
+                                }
                             }
                             kt += s;
                         }

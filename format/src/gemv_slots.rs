@@ -15,11 +15,19 @@
 //! # Summation order (the numerics contract)
 //!
 //! For a column `n` and row `r`, with `S = slots(N, K)`: slot `s` owns the K
-//! tiles `kt = s, s + S, s + 2S, …` and walks them in increasing order; in a
-//! tile it walks the 64 elements `e` in increasing order and does
-//! `acc[e % 2] = fma(w_e, x_e, acc[e % 2])` in f32, where
-//! `w_e = f32(cb[idx_e] · e4m4::decode(scale))` and `x_e` is the activation
-//! widened to f32 (0 past K). The slot's partial is `acc[0] + acc[1]`; the
+//! tiles `kt = s, s + S, s + 2S, …` and walks them in increasing order, and
+//! in a tile its two 32-value blocks in order. `x_e` is the activation
+//! widened to f32 (0 past K) and `s_b = e4m4::decode(scale)` of the block;
+//! everything is f32.
+//!
+//! - k = 3, 4, 5: for each element `e` of the block in increasing order,
+//!   `acc[e % 2] = fma(w_e, x_e, acc[e % 2])` with `w_e = cb[idx_e] · s_b`.
+//! - k = 2: `d[e % 2] = fma(cb[idx_e], x_e, d[e % 2])` over the block's
+//!   elements in increasing order from `d = [0, 0]`, then
+//!   `acc[t] = fma(d[t], s_b, acc[t])` for `t = 0, 1` (one multiply fewer
+//!   per weight keeps these instances within 64 registers).
+//!
+//! The slot's partial is `acc[0] + acc[1]`; the
 //! output is `((p_0 + p_1) + p_2) + … + p_{S-1}`, rounded to nearest even.
 //! Nothing here depends on M, on the launch geometry or on the GPU, so the
 //! grouped kernel reproduces the dense one bit for bit.

@@ -35,7 +35,10 @@
 //! shared-memory load dequantizes a whole field: four codebook values for
 //! k = 2, two for k = 3, 4 (per-lane replicated tables, conflict-free), one
 //! for k = 5.
-//! Each weight is `f32(cb · scale)`, formed once and FMA'd into all M rows.
+//! For k = 3..5 each weight is `f32(cb · scale)`, formed once and FMA'd
+//! into all M rows; for k = 2 the codebook values are FMA'd into the
+//! block's even- and odd-element dot products, which the block's scale
+//! multiplies once as they are folded into the accumulators.
 //!
 //! # Reduction
 //!
@@ -193,9 +196,9 @@ unsafe fn load_x8<const M: usize>(addr: u32) -> [[f32; 8]; M] {
     })
 }
 
-/// Accumulates one tile of one column into `acc` in element order
-/// (`acc[e % 2][r] = fma(w_e, x[r][e], acc[e % 2][r])`, e = 0..64): the two
-/// 32-value blocks one after the other, each with its own scale. Written as
+/// Accumulates one tile of one column into `acc`: the two 32-value blocks
+/// one after the other, each with its own scale, in the summation order of
+/// `kbit_format::gemv_slots`. Written as
 /// two calls, not a loop, so that no array is indexed by a loop counter
 /// that might stay a run-time value (it would live on the stack).
 ///
@@ -227,6 +230,10 @@ unsafe fn fma_block<const M: usize, const K: usize>(
 ) {
     let scale = e4m4::decode(scale as u8);
     if K == 2 {
+        // Block dot products of the even and odd elements, scaled once as
+        // they are folded in (a multiply per weight here would take the
+        // instances past 64 registers).
+        let mut d = [[0f32; M]; 2];
         let fields = g::quad_words::<K>(planes);
         for m8 in 0..4u32 {
             let x = unsafe { load_x8::<M>(xs + 32 * m8) };
@@ -238,10 +245,14 @@ unsafe fn fma_block<const M: usize, const K: usize>(
             // Quad a is elements 8m8 + {0, 1, 4, 5}, quad b + {2, 3, 6, 7}.
             let v = [a[0], a[1], b[0], b[1], a[2], a[3], b[2], b[3]];
             for c in 0..8 {
-                let w = ptx::mul_rn_f32(f32::from_bits(v[c]), scale);
                 for r in 0..M {
-                    acc[c % 2][r] = ptx::fma_rn_f32(w, x[r][c], acc[c % 2][r]);
+                    d[c % 2][r] = ptx::fma_rn_f32(f32::from_bits(v[c]), x[r][c], d[c % 2][r]);
                 }
+            }
+        }
+        for t in 0..2 {
+            for r in 0..M {
+                acc[t][r] = ptx::fma_rn_f32(d[t][r], scale, acc[t][r]);
             }
         }
     } else if K <= 4 {
