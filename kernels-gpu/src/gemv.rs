@@ -317,11 +317,10 @@ unsafe fn decode8<const K: usize>(f: &[u32; 8], m8: u32, table: u32) -> [f32; 8]
             [a[0], a[1], b[0], b[1], a[2], a[3], b[2], b[3]]
         } else if K <= 4 {
             // Pair q is elements 8m8 + 2q, 8m8 + 2q + 1.
-            let p: [[u32; 2]; 4] =
-                core::array::from_fn(|q| unsafe { ptx::ld_shared_v2(table + byte(f[q]) * g::FIELD_BYTES) });
+            let p: [[u32; 2]; 4] = core::array::from_fn(|q| ptx::ld_shared_v2(table + byte(f[q]) * g::FIELD_BYTES));
             [p[0][0], p[0][1], p[1][0], p[1][1], p[2][0], p[2][1], p[3][0], p[3][1]]
         } else {
-            core::array::from_fn(|c| unsafe { ptx::ld_shared_u32(table + 4 * byte(f[c])) })
+            core::array::from_fn(|c| ptx::ld_shared_u32(table + 4 * byte(f[c])))
         }
     };
     v.map(f32::from_bits)
