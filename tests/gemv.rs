@@ -389,37 +389,54 @@ fn gemv_awkward_shapes() {
     dense_sweep("gemv_awkward_shapes", &shapes);
 }
 
+/// GEMV of fresh activations against `w` for M = 1..=`max_m` (the first M
+/// rows of one random `[max_m, K]` input), NaN-poisoned output, bit-exact
+/// against the CPU model of the summation order.
+fn matches_model<T: Element>(
+    ctx: &Context,
+    rng: &mut SmallRng,
+    w: &KbitWeight,
+    tw: &TiledWeight,
+    max_m: usize,
+    what: &str,
+) {
+    let shape = w.shape();
+    let x: Vec<T> = common::gaussian(rng, max_m * shape.k, 1.0);
+    let dx = ctx.stream().clone_htod(&x).unwrap();
+    for m in 1..=max_m {
+        let mut dy = poisoned::<T>(ctx, m * shape.n);
+        ctx.gemv(&dx.slice(0..m * shape.k), m, w, &mut dy).unwrap();
+        let got = ctx.stream().clone_dtoh(&dy).unwrap();
+        common::assert_bits_eq(&got, &model(&x[..m * shape.k], m, tw), &format!("{what} {:?} M={m}", T::DTYPE));
+    }
+}
+
+/// [`matches_model`] for a fresh random weight of `shape` at every k, with
+/// f16 and bf16 activations.
+fn shape_matches_model(ctx: &Context, rng: &mut SmallRng, shape: Shape, max_m: usize) {
+    for bits in 2..=5 {
+        let cb = random_codebook(rng, bits);
+        let tw = random_tiled(rng, shape, &cb);
+        let w = ctx.upload(&tw).unwrap();
+        let what = format!("{}x{} k={bits}", shape.n, shape.k);
+        matches_model::<f16>(ctx, rng, &w, &tw, max_m, &what);
+        matches_model::<bf16>(ctx, rng, &w, &tw, max_m, &what);
+    }
+}
+
 /// The GPU result is bit-identical to the documented summation order.
 #[test]
 fn gemv_matches_the_cpu_model_bit_for_bit() {
     let test = "gemv_matches_the_cpu_model_bit_for_bit";
     let Some(ctx) = common::gpu(test) else { return };
     let mut rng = common::rng(test);
-    fn one<T: Element>(ctx: &Context, rng: &mut SmallRng, w: &KbitWeight, tw: &TiledWeight, what: &str) {
-        let shape = w.shape();
-        let x: Vec<T> = common::gaussian(rng, 4 * shape.k, 1.0);
-        let dx = ctx.stream().clone_htod(&x).unwrap();
-        for m in 1..=4 {
-            let mut dy = poisoned::<T>(ctx, m * shape.n);
-            ctx.gemv(&dx.slice(0..m * shape.k), m, w, &mut dy).unwrap();
-            let got = ctx.stream().clone_dtoh(&dy).unwrap();
-            common::assert_bits_eq(&got, &model(&x[..m * shape.k], m, tw), &format!("{what} {:?} M={m}", T::DTYPE));
-        }
-    }
     // The last shape (2^25 weights and more, N not a multiple of 32) takes
     // the block variant; the others the column-slot variant.
     let shapes = [(2048usize, 512usize), (96, 129), (8192, 7), (160, 4100), (32, 64), (512, 2048), (8192, 4100)];
     assert!(g::uses_slots(512, 2048) && !g::uses_slots(4100, 8192));
     for &(k, n) in &shapes {
         let shape = Shape::new(n, k).unwrap();
-        for bits in 2..=5 {
-            let cb = random_codebook(&mut rng, bits);
-            let tw = random_tiled(&mut rng, shape, &cb);
-            let w = ctx.upload(&tw).unwrap();
-            let what = format!("{n}x{k} k={bits}");
-            one::<f16>(&ctx, &mut rng, &w, &tw, &what);
-            one::<bf16>(&ctx, &mut rng, &w, &tw, &what);
-        }
+        shape_matches_model(&ctx, &mut rng, shape, 4);
     }
 }
 
@@ -437,25 +454,7 @@ fn gemv_two_teams_match_the_cpu_model() {
     for k in [2080usize, 8192] {
         let shape = Shape::new(n, k).unwrap();
         assert!(!g::uses_slots(n, k));
-        for bits in 2..=5 {
-            let cb = random_codebook(&mut rng, bits);
-            let tw = random_tiled(&mut rng, shape, &cb);
-            let w = ctx.upload(&tw).unwrap();
-            for m in 1..=2 {
-                let x: Vec<f16> = common::gaussian(&mut rng, m * k, 1.0);
-                let dx = ctx.stream().clone_htod(&x).unwrap();
-                let mut dy = poisoned::<f16>(&ctx, m * n);
-                ctx.gemv(&dx, m, &w, &mut dy).unwrap();
-                let got = ctx.stream().clone_dtoh(&dy).unwrap();
-                common::assert_bits_eq(&got, &model(&x, m, &tw), &format!("{n}x{k} k={bits} M={m} f16"));
-                let xb: Vec<bf16> = common::gaussian(&mut rng, m * k, 1.0);
-                let dxb = ctx.stream().clone_htod(&xb).unwrap();
-                let mut dyb = poisoned::<bf16>(&ctx, m * n);
-                ctx.gemv(&dxb, m, &w, &mut dyb).unwrap();
-                let got = ctx.stream().clone_dtoh(&dyb).unwrap();
-                common::assert_bits_eq(&got, &model(&xb, m, &tw), &format!("{n}x{k} k={bits} M={m} bf16"));
-            }
-        }
+        shape_matches_model(&ctx, &mut rng, shape, 2);
     }
 }
 
