@@ -182,21 +182,32 @@ pub fn normalize_splits(k_tiles: u32, requested: u32) -> (u32, u32) {
 
 /// Estimated duration of a plan in K-tile loads of one SM (cost model of
 /// [`Splits::Auto`]): the busiest SM streams `ceil(items / SMs)` items of up
-/// to `tiles_per_split` tiles; with split-K each item also pays its
+/// to `tiles_per_split` tiles when the items fit one round of resident
+/// blocks, else `blocks_per_sm · ceil(items / (SMs · blocks_per_sm))` (two
+/// blocks of one SM may both hold the larger share); with split-K each item also pays its
 /// publication (partial tile stores, a GPU-scope fence, the arrival
 /// counter, two barriers: ≈ [`SPLIT_ITEM_COST`] tile loads, which favors
 /// fewer, larger items), and every partial is read once more through L2
 /// (one slot ≈ `8·m_blocks / (6·bits)` tile loads at L2's ~6× per-SM
 /// bandwidth, i.e. `4·m_blocks / (3·bits)`), plus a fixed cost for the
 /// reduction's latency.
-pub fn cost(n_tiles: u32, k_tiles: u32, splits: u32, sm_count: u32, m_blocks: u32, bits: u32) -> f64 {
+pub fn cost(n_tiles: u32, k_tiles: u32, splits: u32, sm_count: u32, tile: TileConfig, bits: u32) -> f64 {
+    let m_blocks = tile.m_blocks;
     let (splits, tps) = normalize_splits(k_tiles, splits);
     let items = n_tiles as u64 * splits as u64;
-    let waves = items.div_ceil(sm_count.max(1) as u64);
+    // Items go to blocks round-robin, so a block runs ceil(items / grid) of
+    // them; the hardware may place two such blocks on one SM (seen: SMs
+    // with 8 items where the average was 6.8), so a full grid costs
+    // blocks-per-SM times that. A grid that is not full spreads over the
+    // SMs one block per SM first.
+    let sms = sm_count.max(1) as u64;
+    let grid = sms * tile.blocks_per_sm.max(1) as u64;
+    let waves =
+        if items > grid { items.div_ceil(grid) * tile.blocks_per_sm.max(1) as u64 } else { items.div_ceil(sms) } as f64;
     if splits == 1 {
-        return (waves * tps as u64) as f64;
+        return waves * tps as f64;
     }
-    let stream = waves as f64 * (tps as f64 + SPLIT_ITEM_COST);
+    let stream = waves * (tps as f64 + SPLIT_ITEM_COST);
     let per_split = 4.0 * m_blocks as f64 / (3.0 * bits as f64);
     stream + splits as f64 * per_split + SPLIT_FIXED_COST
 }
@@ -285,7 +296,7 @@ pub fn plan(
                 if s != r {
                     continue; // same plan as a smaller request
                 }
-                let c = cost(n_tiles, k_tiles, s, sm_count, tile.m_blocks, bits);
+                let c = cost(n_tiles, k_tiles, s, sm_count, tile, bits);
                 if c < best.0 {
                     best = (c, s, tps);
                 }
@@ -319,10 +330,13 @@ pub fn plan(
 }
 
 /// Chooses `(tile_slots, blocks per SM)` for a kernel instance from the
-/// device's shared memory: `max_blocks` (at most 2) resident blocks per SM
-/// when that leaves at least 4 K-tile slots each (more warps to hide lookup
-/// and mma latency), else one block with as many slots as fit (at least 2,
-/// at most [`geo::MAX_TILE_SLOTS`]); `None` if even 2 do not fit.
+/// device's shared memory: the most resident blocks per SM, up to
+/// `max_blocks`, that leave each block enough K-tile slots (more warps hide
+/// more lookup and mma latency): 3 blocks need 12 slots (KT = 4 in 3
+/// stages; with fewer, shorter stages cost more than the warps gain: 70B
+/// gate/up at M = 16, k = 4 with 9 slots, 2 K tiles per stage, took 30 %
+/// more instructions), 2 blocks need 4, and one block takes as many as fit
+/// (at least 2, at most [`geo::MAX_TILE_SLOTS`]); `None` if even 2 do not fit.
 /// `reserved` is the driver's per-block reservation (1 KiB on sm_80+).
 /// [`stage_shape`] later cuts the slots into stages per launch.
 pub fn slots_for(
@@ -337,10 +351,12 @@ pub fn slots_for(
     let nf = tile_n / 32;
     let fixed = geo::stages_offset(m_blocks, nf, bits) as usize;
     let slot = geo::tile_bytes(m_blocks, nf, bits) as usize;
-    for (blocks, min_slots) in [(2usize, 4usize), (1, geo::MIN_STAGES as usize)] {
-        if blocks > max_blocks.max(1) as usize {
-            continue;
-        }
+    for blocks in (1..=max_blocks.max(1) as usize).rev() {
+        let min_slots = match blocks {
+            1 => geo::MIN_STAGES as usize,
+            2 => 4,
+            _ => (geo::MAX_STAGE_TILES * PREFERRED_STAGES) as usize,
+        };
         let budget = smem_per_block.min((smem_per_sm / blocks).saturating_sub(reserved));
         let slots = budget.saturating_sub(fixed) / slot;
         if budget >= fixed && slots >= min_slots {

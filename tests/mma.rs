@@ -214,7 +214,7 @@ fn every_instance_fits_sm89_and_sm90_with_a_deep_enough_pipeline() {
         for bits in 2..=5 {
             for mb in 1..=4 {
                 for tn in [64, 128] {
-                    for max_blocks in [2, 1] {
+                    for max_blocks in [3, 2, 1] {
                         let (slots, blocks) = splitk::slots_for(bits, mb, tn, per_block, per_sm, 1024, max_blocks)
                             .unwrap_or_else(|| panic!("{gpu}: k{bits} m{mb} n{tn} does not fit"));
                         assert!(blocks <= max_blocks);
@@ -231,7 +231,13 @@ fn every_instance_fits_sm89_and_sm90_with_a_deep_enough_pipeline() {
                             assert!((geo::MIN_STAGES..=geo::MAX_STAGES).contains(&stages), "{gpu} {slots} {tps}");
                             assert!(geo::smem_bytes(mb, tn / 32, bits, stages, kt) as usize <= most);
                         }
-                        if max_blocks == 2 {
+                        if blocks == 3 {
+                            // A third block only with 12 slots: full-width stages
+                            // (KT·TILE_N = 256), at least 3 of them.
+                            let (kt, stages) = splitk::stage_shape(slots, tn, 128);
+                            assert!(slots >= 12 && kt * tn == 256 && stages >= 3, "{slots} {kt} {stages}");
+                        }
+                        if max_blocks == 3 {
                             let (kt, stages) = splitk::stage_shape(slots, tn, 128);
                             let smem = geo::smem_bytes(mb, tn / 32, bits, stages, kt) / 1024;
                             table += &format!(" k{bits}m{mb}n{tn}:{slots}x{blocks}=KT{kt}xS{stages}({smem}K)");
@@ -470,6 +476,24 @@ fn auto_splits_fill_the_gpu_on_small_n() {
         "70B gate/up on 132 SMs: {} splits of {} K tiles, {} items, grid {}, {} stages x {} K tiles",
         p.splits, p.tiles_per_split, p.items, p.grid, p.stages, p.stage_tiles
     );
+}
+
+#[test]
+fn auto_splits_balance_blocks_that_share_an_sm() {
+    // 70B gate/up at M 16, 64-column tiles, two blocks per SM (grid 264):
+    // 2 splits give 896 items, 4 to some blocks and 3 to others, and an SM
+    // may hold two blocks of 4 (8 items where the average is 6.8); 4 splits
+    // give 1792 items, at most 7 per block (14 per SM against 13.6).
+    let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 16, blocks_per_sm: 2 };
+    let p = splitk::plan(16, 28672, 8192, 4, 132, tile, Splits::Auto, LIMITS).unwrap();
+    assert_eq!((p.splits, p.items, p.grid), (4, 1792, 264), "{p:?}");
+    let busiest = |splits: u32| splitk::cost(448, 128, splits, 132, tile, 4);
+    assert!(busiest(4) < busiest(2), "{} vs {}", busiest(4), busiest(2));
+    // A grid of at most one block per SM is charged one item per SM.
+    let one = splitk::cost(112, 64, 1, 132, TileConfig { tile_n: 128, ..tile }, 4);
+    assert_eq!(one, 64.0);
+    let two = splitk::cost(224, 64, 1, 132, tile, 4);
+    assert_eq!(two, 128.0);
 }
 
 /// The kernel's work walk (`kernels-gpu/src/mma.rs`, `run`), replayed on the

@@ -73,12 +73,15 @@
 //! At an item's end the two K-half warps of each column group add their
 //! accumulators through the epilogue buffer. With one split the sum goes
 //! straight to y. Otherwise:
-//! 1. The K-half-0 threads store the f32 partial tile to its own workspace
-//!    slot `item` (fragment order, 16 B per thread and fragment) and each
-//!    executes `fence.acq_rel.gpu`; block barrier.
-//! 2. Thread 0: `atom.acq_rel.gpu.add(counter[n tile], 1)`; the block
-//!    learns through shared memory whether it saw `splits − 1` (last).
-//! 3. The last block fences, reads every split's slot in split order
+//! 1. The block stores the f32 partial tile to its own workspace slot
+//!    `item` (fragment order, 16 B per thread and fragment); block barrier.
+//! 2. Thread 0: `fence.acq_rel.gpu`, then `atom.acq_rel.gpu.add(counter[n
+//!    tile], 1)` (the barrier orders the other threads' stores before the
+//!    fence, whose release the atomic carries to GPU scope; one fence per
+//!    block instead of one per thread); the block learns through shared
+//!    memory whether it saw `splits − 1` (last).
+//! 3. The last block (ordered after the other partials by thread 0's
+//!    acquiring atomic and a block barrier) reads every split's slot in split order
 //!    0, 1, …, splits−1 (L2 loads, `ld.cg`) and adds them in that fixed
 //!    order, so the result is bit-identical whichever block arrives last;
 //!    it rounds to T, writes y, and resets the counter to 0.
@@ -276,16 +279,32 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
         buf_w = next(buf_w);
 
         // The stage's tiles, slot by slot (a block-uniform count), unrolled
-        // so that slot offsets fold into the loads' immediates.
+        // so that slot offsets fold into the loads' immediates. A full stage
+        // of 4 or 2 tiles runs without a branch between its tiles, so that
+        // ptxas can interleave the shared loads of one tile with the math of
+        // another (one tile alone is a dependent chain: planes → pair words
+        // → table → scale → mma). Not for the 128-column tiles of 2..4 m
+        // blocks: there the straight-line stage takes those instances past
+        // 128 registers (one block per SM instead of two).
         let len = cs.stage_len(&s);
         ln.carry(zero);
         const { assert!(geo::MAX_STAGE_TILES == 4) };
-        unrolled!(geo::MAX_STAGE_TILES, j => {
-            if (j as u32) < len {
-                let slot = buf_r + j as u32 * tb;
-                unsafe { compute::<K, MB, NF, T>(a, cs.kt + j as u32, cs.n0, slot, tbl, &ln, &mut acc) };
-            }
-        });
+        macro_rules! tile {
+            ($j:expr) => {{
+                let j = $j as u32;
+                unsafe { compute::<K, MB, NF, T>(a, cs.kt + j, cs.n0, buf_r + j * tb, tbl, &ln, &mut acc) };
+            }};
+        }
+        let straight = NF == 2 || MB == 1;
+        match len {
+            4 if straight => unrolled!(4, j => { tile!(j) }),
+            2 if straight => unrolled!(2, j => { tile!(j) }),
+            _ => unrolled!(geo::MAX_STAGE_TILES, j => {
+                if (j as u32) < len {
+                    tile!(j);
+                }
+            }),
+        }
         buf_r = next(buf_r);
 
         cs.kt += len;
@@ -670,11 +689,13 @@ unsafe fn epilogue<const K: usize, const MB: usize, const NF: usize, T: MmaElem>
         let v = unsafe { ptx::ld_shared_v4(epi + 16 * chunk) };
         unsafe { ptx::st_cg_v4(slot.add(4 * chunk as usize), v) };
     }
-    ptx::fence_acq_rel_gpu();
     ptx::bar_sync();
     // 2. Count the arrival; the block that completes the count reduces.
+    // The barrier orders every thread's stores before thread 0's fence,
+    // whose release (with the atomic) publishes them at GPU scope.
     let counter = unsafe { a.counters.add(c.nt as usize) };
     if tid == 0 {
+        ptx::fence_acq_rel_gpu();
         let old = unsafe { ptx::atom_add_acq_rel_gpu(counter, 1) };
         unsafe { ptx::st_shared_u32(misc, (old == s.splits.get() - 1) as u32) };
     }
@@ -682,8 +703,9 @@ unsafe fn epilogue<const K: usize, const MB: usize, const NF: usize, T: MmaElem>
     if unsafe { ptx::ld_shared_u32(misc) } == 0 {
         return;
     }
-    // 3. Last block: sum all slots in split order, write y, reset the counter.
-    ptx::fence_acq_rel_gpu();
+    // 3. Last block: sum all slots in split order, write y, reset the
+    // counter. Thread 0's acquiring atomic, then the barrier above, order
+    // the other blocks' partials before these loads.
     let first = unsafe { a.ws.add((c.nt as u64 * s.splits.get() as u64 * slot_f32) as usize) } as *const u32;
     let step = slot_f32 as usize;
     for j in 0..chunks_per_thread {

@@ -17,7 +17,7 @@ options:
   --shapes LIST     extra dense shapes after the design ones: llama8b (4096->14336),
                     llama70b (8192->28672), glm_shared (2048->10240), or KxN (K in, N out)
   --only LIST       measure only these design shapes (the TOTAL row then
-                    covers only them)
+                    covers only them); `none`: only the --shapes ones
   --dtype T         activations/outputs and baseline: f16 (default) or bf16
   --kernels LIST    measure only these kbit kernels (scalar, mma, dequant_cublas,
                     grouped_scalar, grouped_mma); default all
@@ -176,7 +176,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> 
             }
             "--only" => {
                 let names: Vec<String> =
-                    value(&mut it)?.split(',').filter(|s| !s.is_empty()).map(String::from).collect();
+                    value(&mut it)?.split(',').filter(|s| !s.is_empty() && *s != "none").map(String::from).collect();
                 let known = design_shapes(1);
                 if let Some(bad) = names.iter().find(|n| !known.iter().any(|s| &s.name == *n)) {
                     return Err(format!(
@@ -235,6 +235,8 @@ mod tests {
         let names: Vec<&str> = s.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["kv", "moe_dn", "llama70b", "4096x11008"]);
         assert_eq!((s[1].experts, s[2].k, s[2].n, s[3].k, s[3].n), (10, 8192, 28672, 4096, 11008));
+        let extra_only = parse(args("--shapes llama70b --only none")).unwrap().shapes();
+        assert_eq!(extra_only.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["llama70b"]);
         assert!(!s[2].design);
     }
 
