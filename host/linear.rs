@@ -5,7 +5,7 @@
 //! a path that does not apply falls through to the next one:
 //!
 //! ```text
-//! 1. scalar GEMV        M ≤ 4 (M = 4 on ≥ 2^25 weights at k ≤ 4: MMA)  kernel 1 (gemv.rs)
+//! 1. scalar GEMV        M ≤ 4 (M = 3, 4 on larger matrices: MMA)  kernel 1 (gemv.rs)
 //! 2. MMA dequant GEMM   M ≤ 32 (≤ 64 forced)  kernel 2 (mma.rs), split-K over the SMs
 //! 3. dequant + cuBLAS   any M          dequantize W into a scratch buffer, one GemmEx
 //! ```
@@ -145,13 +145,22 @@ const MMA_MAX_M: usize = kbit_format::mma::MAX_M as usize;
 const MMA_AUTO_MAX_M: usize = 32;
 
 /// Whether automatic dispatch prefers the MMA kernel to the scalar GEMV at
-/// M ≤ 4: at M = 4, k ≤ 4, on the matrices of the GEMV's block variant
-/// (2^25 weights and more). On the H100 the MMA kernel takes 85.6 / 96.2 /
-/// 93.3 µs on Llama-3-70B gate/up at k = 2 / 3 / 4 against the GEMV's
-/// 106.3 / 108.5 / 111.2 µs; at k = 5, at M ≤ 3 and on smaller matrices the
-/// GEMV is the faster one or within a few percent (bench-results/NOTES.md).
+/// M ≤ 4 (H100 tables at 9fa1836, bench-results/NOTES.md):
+/// - M = 4 on matrices of 2^25 weights and more (Llama-3-70B gate/up, k = 4:
+///   87.3 against 115.9 µs; k = 5: 136.1 against 144.7 µs), and at k ≤ 4 on
+///   those over 2^23 (Qwen3 gate/up, k = 4: 8.69 against 10.2 µs); `q`
+///   and `o` (exactly 2^23) stay within 2 % of the GEMV or ahead of it;
+/// - M = 3 at k ≤ 4 on 2^25 weights and more (70B, k = 4: 87.9 against
+///   104.1 µs; Llama-3-8B: 23.9 against 27.3 µs); at k = 5 the GEMV wins;
+/// - never at M ≤ 2.
 fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32) -> bool {
-    m == crate::GEMV_MAX_M && bits <= 4 && !kbit_format::gemv::uses_slots(shape.n, shape.k)
+    let large = !kbit_format::gemv::uses_slots(shape.n, shape.k);
+    let medium = (shape.n as u64) * (shape.k as u64) > 1 << 23;
+    match m {
+        4 => large || (medium && bits <= 4),
+        3 => large && bits <= 4,
+        _ => false,
+    }
 }
 
 /// Why `kernel` cannot compute `linear` with `m` rows of a `shape` weight
@@ -165,7 +174,7 @@ fn linear_unfit(kernel: Kernel, m: usize, shape: Shape, bits: u32, auto: bool) -
         Kernel::GroupedScalar | Kernel::GroupedMma => Some("grouped kernels serve MoE experts, not linear"),
         Kernel::Scalar if m > crate::GEMV_MAX_M => Some("the scalar GEMV serves M ≤ 4"),
         Kernel::Scalar if auto && mma_preferred_at_small_m(m, shape, bits) => {
-            Some("the MMA kernel is faster at M = 4 on large matrices")
+            Some("the MMA kernel is faster at this M on this matrix")
         }
         Kernel::Mma if m > MMA_MAX_M => Some("the MMA kernel serves M ≤ 64"),
         Kernel::Mma if auto && m > MMA_AUTO_MAX_M => Some("dequant + cuBLAS is faster at this M"),
