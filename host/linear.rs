@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! 1. scalar GEMV        M ≤ 4 (M = 3, 4 on larger matrices: MMA)  kernel 1 (gemv.rs)
-//! 2. MMA dequant GEMM   M ≤ 32 (≤ 64 forced)  kernel 2 (mma.rs), split-K over the SMs
+//! 2. MMA dequant GEMM   M ≤ 32 (≤ 64 on larger matrices)  kernel 2 (mma.rs), split-K over the SMs
 //! 3. dequant + cuBLAS   any M          dequantize W into a scratch buffer, one GemmEx
 //! ```
 //!
@@ -139,10 +139,20 @@ fn not_applicable(kernel: Kernel, why: impl Into<String>) -> Error {
 const MMA_MAX_M: usize = kbit_format::mma::MAX_M as usize;
 
 /// Largest M for which automatic dispatch prefers the MMA kernel over
-/// dequant + cuBLAS: on the H100 it is faster on the dense design and Llama
-/// shapes at M = 16 and 32 (except gateup at 16 and kv at 32, by ≤ 13 %) and
-/// slower on most of them at M = 64 (bench-results/NOTES.md).
+/// dequant + cuBLAS on every matrix (H100 tables at 9fa1836: faster on all
+/// dense design and Llama shapes at M = 32 but kv at k = 4, by 1 %).
 const MMA_AUTO_MAX_M: usize = 32;
+
+/// Whether automatic dispatch prefers the MMA kernel over dequant + cuBLAS
+/// at MMA_AUTO_MAX_M < M ≤ 64: on matrices with K ≥ 4096 or at least 2^24
+/// weights. At M = 64, k = 4 (H100, 9fa1836): Llama-3-70B gate/up 193.8
+/// against 402.9 µs, Llama-3-8B 52.4 against 103.7, `down` 16.7 against
+/// 18.7, GLM shared 28.8 against 35.1; dequant + cuBLAS stays ahead on the
+/// short-K Qwen3 `gateup` (16.3 against 18.4) and `kv` (7.39 against 10.8),
+/// and `q` (2^23 weights, K 2048) is within 8 % either way.
+fn mma_preferred_at_large_m(shape: Shape) -> bool {
+    shape.k >= 4096 || (shape.n as u64) * (shape.k as u64) >= 1 << 24
+}
 
 /// Whether automatic dispatch prefers the MMA kernel to the scalar GEMV at
 /// M ≤ 4 (H100 tables at 9fa1836, bench-results/NOTES.md):
@@ -177,7 +187,9 @@ fn linear_unfit(kernel: Kernel, m: usize, shape: Shape, bits: u32, auto: bool) -
             Some("the MMA kernel is faster at this M on this matrix")
         }
         Kernel::Mma if m > MMA_MAX_M => Some("the MMA kernel serves M ≤ 64"),
-        Kernel::Mma if auto && m > MMA_AUTO_MAX_M => Some("dequant + cuBLAS is faster at this M"),
+        Kernel::Mma if auto && m > MMA_AUTO_MAX_M && !mma_preferred_at_large_m(shape) => {
+            Some("dequant + cuBLAS is faster at this M on this matrix")
+        }
         Kernel::Scalar | Kernel::Mma | Kernel::DequantCublas => None,
     }
 }

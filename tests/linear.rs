@@ -90,6 +90,7 @@ fn expected_kernel(m: usize, shape: Shape, bits: u32) -> Kernel {
         3 if large && bits <= 4 => Kernel::Mma,
         1..=4 => Kernel::Scalar,
         5..=32 => Kernel::Mma,
+        33..=64 if shape.k >= 4096 || shape.n * shape.k >= 1 << 24 => Kernel::Mma,
         _ => Kernel::DequantCublas,
     }
 }
@@ -146,9 +147,10 @@ fn linear_matches_reference_on_awkward_shapes() {
 
 #[test]
 fn linear_dispatch_on_a_large_matrix() {
-    // 2^25 weights and more: the MMA kernel at M = 4, and at M = 3 for
-    // k ≤ 4; the scalar GEMV at M = 3 for k = 5 and at M ≤ 2; every result
-    // checked against the reference.
+    // 2^25 weights and more: the MMA kernel at M = 4, at M = 3 for k ≤ 4
+    // and at M = 48 (past the M ≤ 32 of every matrix); the scalar GEMV at
+    // M = 3 for k = 5 and at M ≤ 2; every result checked against the
+    // reference.
     let test = "linear_dispatch_on_a_large_matrix";
     let _serial = serial();
     let Some(ctx) = common::gpu(test) else { return };
@@ -158,7 +160,7 @@ fn linear_dispatch_on_a_large_matrix() {
         let (w, host) = random_weight(&ctx, &mut rng, shape, bits);
         let want_w = reference::dequantize_tiled::<f32>(&host);
         let what = format!("[4100,8192] k={bits}");
-        for m in [2, 3, 4] {
+        for m in [2, 3, 4, 48] {
             let kernel = check_linear::<f16>(&ctx, &mut rng, &w, &want_w, m, &what);
             assert_eq!(kernel, expected_kernel(m, shape, bits), "{what}: dispatch at M = {m}");
         }
