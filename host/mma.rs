@@ -107,7 +107,7 @@ impl MmaState {
                                 continue;
                             }
                             let (r, smem) = resident(slots)?;
-                            if r >= blocks || (want == 1 && r > 0) {
+                            if r >= blocks {
                                 inst = Some(Instance {
                                     tile_slots: slots,
                                     blocks_per_sm: r.min(blocks),

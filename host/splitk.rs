@@ -200,10 +200,9 @@ pub fn cost(n_tiles: u32, k_tiles: u32, splits: u32, sm_count: u32, tile: TileCo
     // with 8 items where the average was 6.8), so a full grid costs
     // blocks-per-SM times that. A grid that is not full spreads over the
     // SMs one block per SM first.
-    let sms = sm_count.max(1) as u64;
-    let grid = sms * tile.blocks_per_sm.max(1) as u64;
-    let waves =
-        if items > grid { items.div_ceil(grid) * tile.blocks_per_sm.max(1) as u64 } else { items.div_ceil(sms) } as f64;
+    let (sms, bps) = (sm_count.max(1) as u64, tile.blocks_per_sm.max(1) as u64);
+    let grid = sms * bps;
+    let waves = if items > grid { items.div_ceil(grid) * bps } else { items.div_ceil(sms) } as f64;
     if splits == 1 {
         return waves * tps as f64;
     }
