@@ -820,6 +820,24 @@ fn mma_gemm_is_deterministic_across_interleaved_plans() {
 }
 
 #[test]
+fn wide_tiles_take_matrices_that_fill_the_gpu_without_split_k() {
+    let Some(ctx) = common::gpu("wide_tiles_take_matrices_that_fill_the_gpu_without_split_k") else { return };
+    let mut rng = common::rng("wide_tiles_take_matrices_that_fill_the_gpu_without_split_k");
+    // 134 tiles of 128 columns: one block for each of 132 SMs and more.
+    for bits in [3, 4] {
+        let w = prepare::<f16>(&ctx, &mut rng, 256, 134 * 128, bits);
+        for (m, sms, wide) in [(16, 132, true), (5, 132, true), (17, 132, false), (16, 140, false)] {
+            let opts = MmaOptions { sm_count_override: Some(sms), ..MmaOptions::default() };
+            let p = ctx.mma_plan(kbit::Dtype::F16, m, &w.dev, opts).unwrap();
+            if wide {
+                assert_eq!((p.tile.tile_n, p.splits), (128, 1), "k = {bits}, M = {m}, {sms} SMs: {p:?}");
+            }
+            check_plan(&p, &format!("k = {bits}, M = {m}, {sms} SMs"));
+        }
+    }
+}
+
+#[test]
 fn mma_gemm_rejects_bad_arguments() {
     let Some(ctx) = common::gpu("mma_gemm_rejects_bad_arguments") else { return };
     let mut rng = common::rng("mma_gemm_rejects_bad_arguments");
