@@ -72,6 +72,31 @@ fn ldmatrix_addresses_through_the_swizzle_yield_the_mma_a_fragment() {
 }
 
 #[test]
+fn ldmatrix_x2_addresses_yield_the_upper_free_a_fragment() {
+    for kstep in 0..4 {
+        // ldmatrix.x2: matrix i row j comes from lane 8i + j's address; they
+        // are A registers a0 and a2 (rows 0-7), and a1 = a3 = 0.
+        let row_addr = |lane: u32| geo::a_offset(geo::ldmatrix_x2_row(lane), geo::ldmatrix_x2_chunk(kstep, lane));
+        for lane in 0..32 {
+            for (i, reg) in [(0, 0), (1, 2)] {
+                let addr = row_addr(8 * i + lane / 4) + 4 * (lane % 4);
+                let row = addr / geo::A_ROW_BYTES;
+                let chunk = ((addr % geo::A_ROW_BYTES) >> 4) ^ (row & 7);
+                let col = 8 * chunk + (addr % 16) / 2;
+                let (r, c) = mma_a(lane, reg);
+                assert_eq!((row, col), (r, 16 * kstep + c), "kstep {kstep} lane {lane} a{reg}");
+            }
+        }
+        for i in 0..2 {
+            let mut groups: Vec<u32> = (0..8).map(|j| (row_addr(8 * i + j) / 16) % 8).collect();
+            groups.sort();
+            groups.dedup();
+            assert_eq!(groups.len(), 8, "ldmatrix.x2 phase {i} of kstep {kstep} has bank conflicts");
+        }
+    }
+}
+
+#[test]
 fn b_fragments_cover_the_k_tile_once_in_mma_b_order() {
     for nf in [2u32, 4] {
         let tn = geo::tile_n(nf);

@@ -248,6 +248,22 @@ pub const fn ldmatrix_chunk(kstep: u32, lane: u32) -> u32 {
     2 * kstep + (lane >> 4)
 }
 
+/// `ldmatrix.x2` source row for `lane` when M ≤ 8 (rows 8-15 of the m16
+/// block are zero): lanes 0-7 and 8-15 both address rows 0-7, which yields
+/// the A registers a0 and a2 (a1 = a3 = 0). Lanes 16-31 repeat lanes 0-15
+/// (`ldmatrix.x2` reads only the addresses of lanes 0-15).
+#[inline(always)]
+pub const fn ldmatrix_x2_row(lane: u32) -> u32 {
+    lane & 7
+}
+
+/// `ldmatrix.x2` source chunk for `lane` in k16 step `kstep`: lanes 8-15
+/// take the upper 8 columns.
+#[inline(always)]
+pub const fn ldmatrix_x2_chunk(kstep: u32, lane: u32) -> u32 {
+    2 * kstep + ((lane >> 3) & 1)
+}
+
 /// K half (quant block h of the K tile) that warp `warp` multiplies.
 #[inline(always)]
 pub const fn warp_k_half(warp: u32) -> u32 {

@@ -14,7 +14,9 @@
 //! t = l % 4 (`kbit_format::mma` holds these maps as functions, unit-tested
 //! on the CPU):
 //! - A (ldmatrix.x4): lane l addresses row `16mb + l % 16`, 8-column chunk
-//!   `2·kstep + l / 16`, giving a0..a3 = A[g | g+8][2t.. | 2t+8..].
+//!   `2·kstep + l / 16`, giving a0..a3 = A[g | g+8][2t.. | 2t+8..]. With
+//!   M ≤ 8 and one m block, `ldmatrix.x2` of rows 0-7 gives a0 and a2, and
+//!   a1 = a3 = 0.
 //! - B (dequantized): lane l holds column `cg·8NF + 8f + g`, elements
 //!   `8q + 2t + e` of the warp's quant block (see `fragment`): q = 0, 1 →
 //!   b0, b1 of step 2kh, q = 2, 3 → b0, b1 of step 2kh+1.
@@ -35,10 +37,13 @@
 //! - S: the span of 2·TILE_N scale bytes, likewise; (c, h) at `off_s + 2c + h`.
 //!
 //! Bytes past the last valid column (and past the arrays) are zero-filled
-//! by `cp.async`'s src-size; activations past M rows or K columns likewise
-//! (rows past M by the ignore-src predicate in interior stages; so
-//! `K % 64 == 32` never reads x beyond K, and its zero half tile
-//! multiplies zeros).
+//! by `cp.async`'s src-size; activations past K columns likewise, so
+//! `K % 64 == 32` never reads x beyond K and its zero half tile multiplies
+//! zeros. Activation rows past M are zero-filled too (interior stages by
+//! `cp.async`'s ignore-src predicate, the address clamped to row M − 1).
+//! With M ≤ 8 and one m block, `ldmatrix.x2` reads rows 0-7 only (a1 = a3
+//! = 0, see `kbit_format::mma::ldmatrix_x2_row`) and interior stages do not
+//! write rows 8-15.
 //!
 //! # Pipeline
 //!
@@ -257,64 +262,87 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
     // Prologue: the first S−1 stages, one commit group each.
     for _ in 1..a.stages {
         if ld.live(&s) {
-            unsafe { issue::<K, MB, NF>(a, &ld, ld.stage_len(&s), buf_w, tid) };
+            // (All 16·MB rows: the X2 loop just never reads rows 8-15.)
+            unsafe { issue::<K, MB, NF, false>(a, &ld, ld.stage_len(&s), buf_w, tid) };
             ld.advance(&s);
         }
         ptx::cp_async_commit();
         buf_w = next(buf_w);
     }
 
-    let mut ln = Lanes::new::<K, MB, NF>(tid);
+    let ln = Lanes::new::<K, MB, NF>(tid);
     // 0 (the host validates KT ≤ 4), but unknown to the compilers.
     let zero = a.stage_tiles >> 3;
-    let mut acc = [[[0f32; 4]; NF]; MB];
-    while cs.live(&s) {
-        ptx::cp_async_wait_dyn(a.stages - 2);
-        ptx::bar_sync();
-        if ld.live(&s) {
-            unsafe { issue::<K, MB, NF>(a, &ld, ld.stage_len(&s), buf_w, tid) };
-            ld.advance(&s);
-        }
-        ptx::cp_async_commit();
-        buf_w = next(buf_w);
-
-        // The stage's tiles, slot by slot (a block-uniform count), unrolled
-        // so that slot offsets fold into the loads' immediates. A full stage
-        // of 4 or 2 tiles runs without a branch between its tiles, so that
-        // ptxas can interleave the shared loads of one tile with the math of
-        // another (one tile alone is a dependent chain: planes → pair words
-        // → table → scale → mma). Not for the 128-column tiles of 2..4 m
-        // blocks: there the straight-line stage takes those instances past
-        // 128 registers (one block per SM instead of two).
-        let len = cs.stage_len(&s);
-        ln.carry(zero);
-        const { assert!(geo::MAX_STAGE_TILES == 4) };
-        macro_rules! tile {
-            ($j:expr) => {{
-                let j = $j as u32;
-                unsafe { compute::<K, MB, NF, T>(a, cs.kt + j, cs.n0, buf_r + j * tb, tbl, &ln, &mut acc) };
-            }};
-        }
-        let straight = NF == 2 || MB == 1;
-        match len {
-            4 if straight => unrolled!(4, j => { tile!(j) }),
-            2 if straight => unrolled!(2, j => { tile!(j) }),
-            _ => unrolled!(geo::MAX_STAGE_TILES, j => {
-                if (j as u32) < len {
-                    tile!(j);
+    // The main loop, compiled twice where `x2_loop` says so: with M ≤ 8 the
+    // A fragments come from `ldmatrix.x2` (rows 8-15 are zero). A branch
+    // per tile instead would stop ptxas from interleaving a stage's tiles.
+    macro_rules! main_loop {
+        ($x2:literal) => {{
+            let mut ln = ln;
+            let mut acc = [[[0f32; 4]; NF]; MB];
+            while cs.live(&s) {
+                ptx::cp_async_wait_dyn(a.stages - 2);
+                ptx::bar_sync();
+                if ld.live(&s) {
+                    unsafe { issue::<K, MB, NF, $x2>(a, &ld, ld.stage_len(&s), buf_w, tid) };
+                    ld.advance(&s);
                 }
-            }),
-        }
-        buf_r = next(buf_r);
+                ptx::cp_async_commit();
+                buf_w = next(buf_w);
 
-        cs.kt += len;
-        if cs.kt == cs.kt_end {
-            unsafe { epilogue::<K, MB, NF, T>(a, &cs, &s, smem, tid, &acc) };
-            acc = [[[0f32; 4]; NF]; MB];
-            cs = Cursor::at(cs.item.saturating_add(s.grid), &s);
-        }
+                // The stage's tiles, slot by slot (a block-uniform count), unrolled
+                // so that slot offsets fold into the loads' immediates. A full stage
+                // of 4 or 2 tiles runs without a branch between its tiles, so that
+                // ptxas can interleave the shared loads of one tile with the math of
+                // another (one tile alone is a dependent chain: planes → pair words
+                // → table → scale → mma). Not for the 128-column tiles of 2..4 m
+                // blocks: there the straight-line stage takes those instances past
+                // 128 registers (one block per SM instead of two).
+                let len = cs.stage_len(&s);
+                ln.carry(zero);
+                const { assert!(geo::MAX_STAGE_TILES == 4) };
+                macro_rules! tile {
+                    ($j:expr) => {{
+                        let j = $j as u32;
+                        unsafe { compute::<K, MB, NF, T, $x2>(a, cs.kt + j, cs.n0, buf_r + j * tb, tbl, &ln, &mut acc) };
+                    }};
+                }
+                let straight = NF == 2 || MB == 1;
+                match len {
+                    4 if straight => unrolled!(4, j => { tile!(j) }),
+                    2 if straight => unrolled!(2, j => { tile!(j) }),
+                    _ => unrolled!(geo::MAX_STAGE_TILES, j => {
+                        if (j as u32) < len {
+                            tile!(j);
+                        }
+                    }),
+                }
+                buf_r = next(buf_r);
+
+                cs.kt += len;
+                if cs.kt == cs.kt_end {
+                    unsafe { epilogue::<K, MB, NF, T>(a, &cs, &s, smem, tid, &acc) };
+                    acc = [[[0f32; 4]; NF]; MB];
+                    cs = Cursor::at(cs.item.saturating_add(s.grid), &s);
+                }
+            }
+        }};
+    }
+    if x2_loop(K, MB, NF) && a.m <= 8 {
+        main_loop!(true)
+    } else {
+        main_loop!(false)
     }
     ptx::cp_async_wait::<0>();
+}
+
+/// Whether an instance has the M ≤ 8 main loop (`ldmatrix.x2`, see
+/// [`compute`]): at one m block, for k = 5 and for the 128-column tiles of
+/// k = 3, 4. Measured per instance: elsewhere the second loop made the
+/// instance slower (Llama-3-8B gate/up, 64-column tiles, M = 8, k = 4:
+/// 24.6 → 26.1 µs; Llama-3-70B M = 8, k = 2: 74.4 → 76.7 µs).
+const fn x2_loop(k: usize, mb: usize, nf: usize) -> bool {
+    mb == 1 && (k == 5 || (nf == 4 && k >= 3))
 }
 
 /// Issues the copies of the `len` K tiles `c.kt ..` (activations, planes,
@@ -328,14 +356,20 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
 /// which clamp every chunk. Both write the same bytes to the
 /// slots `< len`.
 #[inline(always)]
-unsafe fn issue<const K: usize, const MB: usize, const NF: usize>(a: &Args, c: &Cursor, len: u32, buf: u32, tid: u32) {
+unsafe fn issue<const K: usize, const MB: usize, const NF: usize, const X2: bool>(
+    a: &Args,
+    c: &Cursor,
+    len: u32,
+    buf: u32,
+    tid: u32,
+) {
     let nfu = NF as u32;
     let interior = c.kt + len <= a.k / TILE_K as u32 && c.n_valid == geo::tile_n(nfu);
     // The instances with 64 accumulators per thread (MB = 4, TILE_N 128)
     // keep the edge copies: the interior copies' addresses and predicates
     // would raise them from 123–144 to ≈ 160 registers.
     if MB * NF < 16 && interior && a.stage_tiles <= geo::copy_stage_tiles(nfu) {
-        unsafe { issue_interior::<K, MB, NF>(a, c, len, buf, tid) };
+        unsafe { issue_interior::<K, MB, NF, X2>(a, c, len, buf, tid) };
     } else {
         unsafe { issue_a_edge::<K, MB, NF>(a, c.kt, len, buf, tid) };
         unsafe { issue_ws_edge::<K, MB, NF>(a, c, len, buf, tid) };
@@ -385,12 +419,13 @@ unsafe fn copy_grid<const NF: usize>(
 
 /// Interior copies of a stage (see [`issue`]). Activations: 8 chunks of 16
 /// bytes per row of each slot, rows ≥ M zero-filled (ignore-src, the address
-/// clamped to row M − 1). Planes and scales: the span chunks of each slot's
+/// clamped to row M − 1); with `X2` (M ≤ 8, see [`compute`]) rows 8-15 are
+/// never read and not written. Planes and scales: the span chunks of each slot's
 /// windows, then per slot the one chunk past the span (scales; planes for
 /// odd k), which holds the window's offset bytes (0..16) and is zero-filled
 /// beyond (warps 7 and 6 issue these).
 #[inline(always)]
-unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize>(
+unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize, const X2: bool>(
     a: &Args,
     c: &Cursor,
     len: u32,
@@ -421,10 +456,12 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize>(
             let row_bytes = 2 * row.min(a.m - 1) as u64 * a.k as u64;
             let src = x.wrapping_add((row_bytes + 16 * cc as u64) as usize);
             let dst = buf + j0 * tb + geo::a_offset(row, cc);
+            let live = !X2 || row < 8;
             unrolled!(geo::copy_slot_rounds(chunks, geo::copy_stage_tiles(NF as u32)), p => {
                 let d = rows * p as u32;
                 let at = src.wrapping_add(2 * TILE_K * d as usize);
-                unsafe { ptx::cp_async_16_if_or_zero(dst + d * tb, at, j0 + d < kt_stage, row >= a.m || j0 + d >= len) };
+                let (copy, zero) = (live && j0 + d < kt_stage, row >= a.m || j0 + d >= len);
+                unsafe { ptx::cp_async_16_if_or_zero(dst + d * tb, at, copy, zero) };
             });
         }
     });
@@ -546,6 +583,8 @@ struct Lanes {
     /// `ldmatrix` source of m block 0, k16 steps 2kh and 2kh + 1 (m block
     /// `mb` adds `16·mb` rows: same `row % 8`, same swizzle).
     a: [u32; 2],
+    /// `ldmatrix.x2` source of k16 steps 2kh and 2kh + 1 when M ≤ 8.
+    a8: [u32; 2],
     /// Plane words of fragment 0's (column, quant block), without the
     /// window offset; fragment f adds `64·k·f` (8 columns).
     w: u32,
@@ -569,6 +608,7 @@ impl Lanes {
         let row = geo::ldmatrix_row(0, lane);
         Self {
             a: [0, 1].map(|s2| geo::a_offset(row, geo::ldmatrix_chunk(2 * kh + s2, lane))),
+            a8: [0, 1].map(|s2| geo::a_offset(geo::ldmatrix_x2_row(lane), geo::ldmatrix_x2_chunk(2 * kh + s2, lane))),
             w: geo::w_offset(mbu) + 4 * kb * kh + 8 * kb * col,
             s: geo::s_offset(mbu, nfu, kb) + kh + 2 * col,
             rot: geo::rotations(2 * (lane & 3)),
@@ -589,9 +629,10 @@ impl Lanes {
 }
 
 /// Multiplies K tile `kt` of the n tile at column `n0`, staged in the slot
-/// at `buf`, into the accumulators.
+/// at `buf`, into the accumulators. `X2` (one m block, M ≤ 8): the A
+/// fragments from `ldmatrix.x2` of rows 0-7, a1 = a3 = 0.
 #[inline(always)]
-unsafe fn compute<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
+unsafe fn compute<const K: usize, const MB: usize, const NF: usize, T: MmaElem, const X2: bool>(
     a: &Args,
     kt: u32,
     n0: u32,
@@ -606,12 +647,20 @@ unsafe fn compute<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
     let s_base = buf + ln.s + off_s;
 
     let mut frag_a = [[[0u32; 4]; 2]; MB];
-    unrolled!(MB, mb => {
+    if X2 && MB == 1 {
+        // Rows 8-15 are zero: a1 = a3 = 0, half the shared-memory reads.
         for s2 in 0..2 {
-            let at = buf + ln.a[s2] + 16 * geo::A_ROW_BYTES * mb as u32;
-            frag_a[mb][s2] = unsafe { ptx::ldmatrix_x4(at) };
+            let [lo, hi] = unsafe { ptx::ldmatrix_x2(buf + ln.a8[s2]) };
+            frag_a[0][s2] = [lo, 0, hi, 0];
         }
-    });
+    } else {
+        unrolled!(MB, mb => {
+            for s2 in 0..2 {
+                let at = buf + ln.a[s2] + 16 * geo::A_ROW_BYTES * mb as u32;
+                frag_a[mb][s2] = unsafe { ptx::ldmatrix_x4(at) };
+            }
+        });
+    }
     unrolled!(NF, f => {
         let planes = unsafe { fragment::load_planes::<K>(w_base + 64 * kb * f as u32) };
         let scale = unsafe { ptx::ld_shared_u8(s_base + 16 * f as u32) };

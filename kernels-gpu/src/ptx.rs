@@ -289,6 +289,21 @@ pub unsafe fn ldmatrix_x4(addr: u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// `ldmatrix.sync.aligned.m8n8.x2.shared.b16`: two 8×8 b16 matrices, rows
+/// addressed by lanes 0-7 and 8-15. sm_75.
+///
+/// # Safety
+/// The `addr` of lanes 0-15 is a 16-aligned shared address of an 8-element row.
+#[inline(always)]
+pub unsafe fn ldmatrix_x2(addr: u32) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    unsafe {
+        asm!("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {{{a}, {b}}}, [{p}];",
+             a = out(reg32) a, b = out(reg32) b, p = in(reg32) addr)
+    }
+    [a, b]
+}
+
 /// `mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`: D = A·B + C on the
 /// tensor cores, f16 inputs, f32 accumulators. sm_80.
 #[inline(always)]
