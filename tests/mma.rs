@@ -860,6 +860,14 @@ fn wide_tiles_take_matrices_that_fill_the_gpu_without_split_k() {
             check_plan(&p, &format!("k = {bits}, M = {m}, {sms} SMs"));
         }
     }
+    // And their results, M ≤ 8 (the `ldmatrix.x2` loop of these instances) and 16.
+    for bits in [3, 4, 5] {
+        for m in [3, 8, 16] {
+            let c = Case { m, k: 256, n: 134 * 128, bits, splits: Splits::Auto, sms: Some(132), stage_tiles: None };
+            check_case::<f16>(&ctx, &mut rng, &c);
+            check_case::<bf16>(&ctx, &mut rng, &c);
+        }
+    }
 }
 
 #[test]
