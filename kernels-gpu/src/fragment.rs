@@ -85,29 +85,90 @@ impl MmaElem for Bf16 {
     }
 }
 
-/// Fills the per-lane lookup table at shared address `tbl` (see the module
-/// docs). Every entry is 32 identical words (one per lane), written as 8
-/// 16-byte stores. The caller's next block barrier publishes it.
+/// 16-byte table stores each thread makes: `ceil(entries · 8 / THREADS)`
+/// (k = 2: 1, half the threads; k = 3: 2; k = 4: 8; k = 5: 1).
+const fn table_rounds(bits: u32) -> usize {
+    (table_entries(bits) * 8).div_ceil(THREADS) as usize
+}
+
+/// Runs `$body` for `$r` = 0 .. `table_rounds(K)` as straight-line code
+/// (constant indices keep the share in registers).
+macro_rules! each_round {
+    ($k:expr, $r:ident => $body:block) => {{
+        macro_rules! one {
+            ($i:literal) => {
+                if $i < table_rounds($k as u32) {
+                    let $r: usize = $i;
+                    $body
+                }
+            };
+        }
+        one!(0);
+        one!(1);
+        one!(2);
+        one!(3);
+        one!(4);
+        one!(5);
+        one!(6);
+        one!(7);
+    }};
+}
+
+/// The codebook values behind one thread's share of the table (see
+/// [`load_table`]), still in f32: `[lo, hi]` per 16-byte store.
+#[derive(Clone, Copy)]
+pub struct TableShare<const K: usize> {
+    v: [[f32; 2]; 8],
+}
+
+/// Loads the codebook values of this thread's table stores (store `r` is
+/// 16-byte vector `tid + r·THREADS` of the table, entry `vector / 8`).
+/// Nothing waits on the loads here, so a kernel issues them before its
+/// first pipeline copies and [`store_table`] after: the codebook's latency
+/// hides behind the copy issue, and its loads do not queue behind them.
 ///
 /// # Safety
-/// `cb` holds `2^K` floats; `tbl` has `table_bytes(K)` bytes of shared memory.
+/// `cb` holds `2^K` floats.
 #[inline(always)]
-pub unsafe fn build_table<const K: usize, T: MmaElem>(tbl: u32, cb: *const f32, tid: u32) {
+pub unsafe fn load_table<const K: usize>(cb: *const f32, tid: u32) -> TableShare<K> {
+    const { assert!(table_rounds(K as u32) <= 8) };
     let vecs = table_entries(K as u32) * 8;
-    let mut i = tid;
-    while i < vecs {
-        let e = i >> 3;
-        let v = unsafe {
-            if K <= 4 {
-                T::pack(*cb.add(deinterleave(e, 0, K as u32) as usize), *cb.add(deinterleave(e, 1, K as u32) as usize))
-            } else {
-                let c = *cb.add(e as usize);
-                T::pack(c, c)
-            }
-        };
-        unsafe { ptx::st_shared_v4(tbl + 16 * i, [v; 4]) };
-        i += THREADS;
-    }
+    let mut v = [[0f32; 2]; 8];
+    each_round!(K, r => {
+        let i = tid + THREADS * r as u32;
+        if i < vecs {
+            let e = i >> 3;
+            v[r] = unsafe {
+                if K <= 4 {
+                    [*cb.add(deinterleave(e, 0, K as u32) as usize), *cb.add(deinterleave(e, 1, K as u32) as usize)]
+                } else {
+                    let c = *cb.add(e as usize);
+                    [c, c]
+                }
+            };
+        }
+    });
+    TableShare { v }
+}
+
+/// Fills the per-lane lookup table at shared address `tbl` (see the module
+/// docs) from the values [`load_table`] gave this thread. Every entry is 32
+/// identical words (one per lane), written as 8 16-byte stores. The
+/// caller's next block barrier publishes it.
+///
+/// # Safety
+/// `tbl` has `table_bytes(K)` bytes of shared memory; every thread of the
+/// block calls this with its own share.
+#[inline(always)]
+pub unsafe fn store_table<const K: usize, T: MmaElem>(tbl: u32, share: &TableShare<K>, tid: u32) {
+    let vecs = table_entries(K as u32) * 8;
+    each_round!(K, r => {
+        let i = tid + THREADS * r as u32;
+        if i < vecs {
+            let [lo, hi] = share.v[r];
+            unsafe { ptx::st_shared_v4(tbl + 16 * i, [T::pack(lo, hi); 4]) };
+        }
+    });
 }
 
 /// The `K` plane words of one quant block from shared memory, as wide as
@@ -155,7 +216,7 @@ pub unsafe fn load_planes<const K: usize>(addr: u32) -> [u32; K] {
 /// the load's address operand.
 ///
 /// # Safety
-/// The table at `tbl` was built by [`build_table`] for `K`, `T`.
+/// The table at `tbl` was built by [`store_table`] for `K`, `T`.
 #[inline(always)]
 pub unsafe fn dequant<const K: usize, T: MmaElem>(
     planes: &[u32; K],

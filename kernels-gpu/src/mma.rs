@@ -241,8 +241,6 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
     let st_end = st0 + a.stages * stb;
     let next = |b: u32| if b + stb == st_end { st0 } else { b + stb };
 
-    unsafe { fragment::build_table::<K, T>(tbl, a.cb, tid) };
-
     let Some(splits) = NonZeroU32::new(a.splits) else { return };
     let s = Sched {
         n: a.n,
@@ -255,6 +253,7 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
         kt: kt_stage,
     };
 
+    let table = unsafe { fragment::load_table::<K>(a.cb, tid) };
     let mut ld = Cursor::at(ptx::bid(), &s);
     let mut cs = ld;
     let (mut buf_w, mut buf_r) = (st0, st0);
@@ -269,6 +268,9 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
         ptx::cp_async_commit();
         buf_w = next(buf_w);
     }
+    // The decode table: codebook loads before the first copies, stores
+    // after them; the main loop's first barrier publishes it.
+    unsafe { fragment::store_table::<K, T>(tbl, &table, tid) };
 
     let ln = Lanes::new::<K, MB, NF>(tid);
     // 0 (the host validates KT ≤ 4), but unknown to the compilers.
