@@ -759,30 +759,86 @@ unsafe fn epilogue<const K: usize, const MB: usize, const NF: usize, T: MmaElem>
     // the other blocks' partials before these loads.
     let first = unsafe { a.ws.add((c.nt as u64 * s.splits.get() as u64 * slot_f32) as usize) } as *const u32;
     let step = slot_f32 as usize;
+    let splits = s.splits.get();
     for j in 0..chunks_per_thread {
         let chunk = tid + geo::THREADS * j;
         let p = unsafe { first.add(4 * chunk as usize) };
-        let mut sum = unsafe { ptx::ld_cg_v4(p) }.map(f32::from_bits);
-        let mut sp = 1u32;
-        // Four independent loads in flight, still added in split order.
-        while sp + 4 <= s.splits.get() {
-            let v: [[u32; 4]; 4] = core::array::from_fn(|u| unsafe { ptx::ld_cg_v4(p.add((sp as usize + u) * step)) });
-            for vu in v {
-                sum = [0, 1, 2, 3].map(|i| sum[i] + f32::from_bits(vu[i]));
-            }
-            sp += 4;
-        }
-        while sp < s.splits.get() {
-            let v = unsafe { ptx::ld_cg_v4(p.add(sp as usize * step)) };
-            sum = [0, 1, 2, 3].map(|i| sum[i] + f32::from_bits(v[i]));
-            sp += 1;
-        }
+        // Same sums either way; which way is faster depends on the instance
+        // (ptxas schedules the whole kernel around it): rounds for the
+        // 64-column tiles of one m block, the small matrices whose calls
+        // split K and end in this reduction; batches elsewhere (with rounds
+        // the two-m-block instances measured 3-5 % slower at M = 32).
+        let sum = if MB == 1 && NF == 2 {
+            unsafe { sum_splits_in_rounds(p, step, splits) }
+        } else {
+            unsafe { sum_splits_in_batches(p, step, splits) }
+        };
         unsafe { store_chunk::<NF, T>(a, c.n0, chunk, &sum) };
     }
     if tid == 0 {
         unsafe { ptx::st_relaxed_gpu_u32(counter, 0) };
     }
 }
+
+/// `Σ_s p[s·step .. s·step + 4]` over the `splits` slots, added in split
+/// order from split 0's value itself (`((p0 + p1) + p2) + …`, f32):
+/// `REDUCE_ROUND` loads per round, the whole round in flight (one L2 round
+/// trip for up to 4 splits; past the last split the loads repeat it and are
+/// not added).
+///
+/// # Safety
+/// `p + s·step` is a valid, 16-aligned global address for every `s < splits`;
+/// `splits ≥ 1`.
+#[inline(always)]
+unsafe fn sum_splits_in_rounds(p: *const u32, step: usize, splits: u32) -> [f32; 4] {
+    let mut sum = [0f32; 4];
+    let mut sp = 0u32;
+    while sp < splits {
+        let v: [[u32; 4]; REDUCE_ROUND] = core::array::from_fn(|u| {
+            let at = (sp + u as u32).min(splits - 1) as usize * step;
+            unsafe { ptx::ld_cg_v4(p.add(at)) }
+        });
+        for (u, vu) in v.iter().enumerate() {
+            let i = sp + u as u32;
+            let x = vu.map(f32::from_bits);
+            if i == 0 {
+                sum = x;
+            } else if i < splits {
+                sum = [0, 1, 2, 3].map(|e| sum[e] + x[e]);
+            }
+        }
+        sp += REDUCE_ROUND as u32;
+    }
+    sum
+}
+
+/// [`sum_splits_in_rounds`]'s sum, with split 0 loaded first, then batches
+/// of four independent loads, then the rest one by one.
+///
+/// # Safety
+/// As [`sum_splits_in_rounds`].
+#[inline(always)]
+unsafe fn sum_splits_in_batches(p: *const u32, step: usize, splits: u32) -> [f32; 4] {
+    let mut sum = unsafe { ptx::ld_cg_v4(p) }.map(f32::from_bits);
+    let mut sp = 1u32;
+    while sp + 4 <= splits {
+        let v: [[u32; 4]; 4] = core::array::from_fn(|u| unsafe { ptx::ld_cg_v4(p.add((sp as usize + u) * step)) });
+        for vu in v {
+            sum = [0, 1, 2, 3].map(|i| sum[i] + f32::from_bits(vu[i]));
+        }
+        sp += 4;
+    }
+    while sp < splits {
+        let v = unsafe { ptx::ld_cg_v4(p.add(sp as usize * step)) };
+        sum = [0, 1, 2, 3].map(|i| sum[i] + f32::from_bits(v[i]));
+        sp += 1;
+    }
+    sum
+}
+
+/// Split partials a reducing thread loads per round (see
+/// [`sum_splits_in_rounds`]).
+const REDUCE_ROUND: usize = 4;
 
 /// Stores chunk `chunk` (fragment order) of a finished tile.
 #[inline(always)]
