@@ -402,16 +402,61 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     while q < cols * M as u32 {
         let r = q >> geo.log_cols;
         let c = q & (cols - 1);
-        let mut v = unsafe { ptx::ld_shared_f32(xs + (r * cols + c) * 4) };
-        for s in 1..geo.slots() {
-            v = ptx::add_rn_f32(v, unsafe { ptx::ld_shared_f32(xs + ((s * M as u32 + r) * cols + c) * 4) });
-        }
+        // (At M ≥ 2 the rounds took some instances past 64 registers, i.e.
+        // to one 512-thread block per SM; the plain loop adds in the same order.)
+        let v = if M == 1 {
+            unsafe { sum_slots_in_order(xs + c * 4, cols * 4, geo.slots()) }
+        } else {
+            let mut v = unsafe { ptx::ld_shared_f32(xs + (r * cols + c) * 4) };
+            for s in 1..geo.slots() {
+                v = ptx::add_rn_f32(v, unsafe { ptx::ld_shared_f32(xs + ((s * M as u32 + r) * cols + c) * 4) });
+            }
+            v
+        };
         let nn = first_col + c as u64;
         if r < rows && nn < n_dim {
             unsafe { *y.add((r as u64 * n_dim + nn) as usize) = T::from_f32(v) };
         }
         q += ptx::block_dim();
     }
+}
+
+/// `((v_0 + v_1) + v_2) + … + v_{S−1}` (f32 adds, round to nearest) of
+/// the slot partials `v_s` at `base + s·stride`, in slot order. The loads go
+/// in rounds of four, a whole round in flight (past the last slot a round
+/// repeats it and does not add it), so a sum of S partials waits about
+/// S / 4 shared-memory latencies instead of S.
+///
+/// # Safety
+/// `base + s·stride` is a valid shared address for every `s < slots`;
+/// `slots ≥ 1`.
+#[inline(always)]
+unsafe fn sum_slots_in_order(base: u32, stride: u32, slots: u32) -> f32 {
+    let at = |s: u32| base + s.min(slots - 1) * stride;
+    let mut v = 0f32;
+    let mut s = 0u32;
+    while s < slots {
+        let (x0, x1, x2, x3) = unsafe {
+            (
+                ptx::ld_shared_f32(at(s)),
+                ptx::ld_shared_f32(at(s + 1)),
+                ptx::ld_shared_f32(at(s + 2)),
+                ptx::ld_shared_f32(at(s + 3)),
+            )
+        };
+        v = if s == 0 { x0 } else { ptx::add_rn_f32(v, x0) };
+        if s + 1 < slots {
+            v = ptx::add_rn_f32(v, x1);
+        }
+        if s + 2 < slots {
+            v = ptx::add_rn_f32(v, x2);
+        }
+        if s + 3 < slots {
+            v = ptx::add_rn_f32(v, x3);
+        }
+        s += 4;
+    }
+    v
 }
 
 /// Body of `kbit_gemv_m{M}_k{K}_{T}`: block `b` computes columns
