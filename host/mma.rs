@@ -56,8 +56,11 @@ struct Instance {
     /// K-tile slots of pipeline stages in `smem_bytes`.
     tile_slots: u32,
     blocks_per_sm: u32,
+    /// K-tile slots of one block alone on an SM (its whole shared memory):
+    /// what a launch whose grid gives no SM a second block uses.
+    lone_slots: u32,
     /// The dynamic shared memory the function is opted into (the most any
-    /// launch of it uses).
+    /// launch of it uses: `lone_slots`' worth).
     smem_bytes: u32,
 }
 
@@ -106,11 +109,15 @@ impl MmaState {
                             if blocks < want {
                                 continue;
                             }
-                            let (r, smem) = resident(slots)?;
+                            let (r, _) = resident(slots)?;
                             if r >= blocks {
+                                let lone_slots = pick(1).map_or(slots, |(lone, _)| lone.max(slots));
+                                let smem = geo::smem_bytes(mb, tn / 32, bits, 1, lone_slots);
+                                f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
                                 inst = Some(Instance {
                                     tile_slots: slots,
                                     blocks_per_sm: r.min(blocks),
+                                    lone_slots,
                                     smem_bytes: smem,
                                 });
                                 break;
@@ -245,13 +252,13 @@ impl Context {
         let bits = w.bits();
         let mb = m.div_ceil(16) as u32;
         let limits = self.mma.limits();
-        let mut best: Option<(f64, u32, TileConfig)> = None;
+        let mut best: Option<(f64, u32, TileConfig, u32)> = None;
         for tn in [128, 64] {
             let slot = mma_slot(bits, mb, tn, dtype).expect("mma instance exists");
             let Some(inst) = self.mma.instances[slot] else { continue };
             let tile =
                 TileConfig { m_blocks: mb, tile_n: tn, tile_slots: inst.tile_slots, blocks_per_sm: inst.blocks_per_sm };
-            debug_assert_eq!(inst.smem_bytes, geo::smem_bytes(mb, tn / 32, bits, 1, inst.tile_slots));
+            debug_assert_eq!(inst.smem_bytes, geo::smem_bytes(mb, tn / 32, bits, 1, inst.lone_slots));
             let auto = splitk::plan(m, shape.n, shape.k, bits, sms, tile, Splits::Auto, limits)?;
             let c = splitk::cost(auto.n_tiles, auto.k_tiles, auto.splits, sms, tile, bits) * tn as f64;
             // On a tie at one m block, the plan with more blocks: more warps
@@ -261,8 +268,8 @@ impl Context {
             // bytes as weight bytes and the wider tile stays ahead (same
             // shape at M = 32: 32 µs against 36 µs).
             let more_blocks = mb == 1 && auto.grid > best.map_or(0, |b| b.1);
-            if best.is_none_or(|(bc, _, _)| c < bc || (c == bc && more_blocks)) {
-                best = Some((c, auto.grid, tile));
+            if best.is_none_or(|(bc, _, _, _)| c < bc || (c == bc && more_blocks)) {
+                best = Some((c, auto.grid, tile, inst.lone_slots));
             }
             // At one m block and k ≥ 3, 128-column tiles that give every SM
             // a block without split-K win whatever the cost model says: the
@@ -276,13 +283,27 @@ impl Context {
                 break;
             }
         }
-        let Some((_, _, tile)) = best else {
+        let Some((_, _, tile, lone_slots)) = best else {
             return Err(Error::SharedMemory {
                 kernel: names::mma(bits, mb, 64, dtype),
                 available: self.info().max_smem_per_block,
             });
         };
-        let plan = splitk::plan(m, shape.n, shape.k, bits, sms, tile, opts.splits, limits)?;
+        let mut plan = splitk::plan(m, shape.n, shape.k, bits, sms, tile, opts.splits, limits)?;
+        // A grid with at most one block per SM: each block may take its
+        // SM's whole shared memory. Taken where that allows longer stages
+        // (more K tiles between barriers), which the 48- and 64-row tiles
+        // and the 64-column, 32-row tiles lack when the SM is shared
+        // (Llama-3-8B gate/up at M = 64, k = 5: 112 blocks of 128 columns,
+        // 1 → 2 K tiles per stage, 78.7 → 69.1 µs). A deeper pipeline of
+        // the same stages measured no better: 8B at M = 32 (2 m blocks,
+        // 3 → 10 stages of 2 tiles) 4-7 % slower.
+        if plan.grid <= sms && lone_slots > plan.tile.tile_slots {
+            let alone = plan.alone(lone_slots, bits);
+            if alone.stage_tiles > plan.stage_tiles {
+                plan = alone;
+            }
+        }
         match opts.stage_tiles {
             Some(kt) => plan.with_stage_tiles(kt, bits),
             None => Ok(plan),

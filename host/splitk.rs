@@ -129,6 +129,18 @@ impl Plan {
         (r.start..r.end).step_by(kt as usize).map(move |a| a..(a + kt).min(r.end))
     }
 
+    /// This plan for a grid that leaves every block alone on its SM, with
+    /// `tile_slots` K-tile slots (the SM's shared memory) cut into stages as
+    /// [`stage_shape`] does; splits, items and grid unchanged.
+    pub fn alone(mut self, tile_slots: u32, bits: u32) -> Plan {
+        self.tile.tile_slots = tile_slots;
+        self.tile.blocks_per_sm = 1;
+        (self.stage_tiles, self.stages) = stage_shape(tile_slots, self.tile.tile_n, self.tiles_per_split);
+        self.smem_bytes =
+            geo::smem_bytes(self.tile.m_blocks, self.tile.tile_n / 32, bits, self.stages, self.stage_tiles);
+        self
+    }
+
     /// This plan with `stage_tiles` K tiles per stage (and as many stages as
     /// then fit, at most [`geo::MAX_STAGES`]) instead of the chosen shape.
     ///

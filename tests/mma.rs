@@ -484,6 +484,21 @@ fn planner_rejects_bad_requests_with_named_arguments() {
 }
 
 #[test]
+fn a_lone_block_keeps_the_work_and_takes_longer_stages() {
+    // Llama-3-8B gate/up at M 64, k 5, 128-column tiles of 4 m blocks: with
+    // two blocks per SM the instance has 5 slots (stages of 1 K tile); the
+    // 112 blocks of one split leave every SM one block, which may take 14.
+    let tile = TileConfig { m_blocks: 4, tile_n: 128, tile_slots: 5, blocks_per_sm: 2 };
+    let p = splitk::plan(64, 14336, 4096, 5, 132, tile, Splits::Auto, LIMITS).unwrap();
+    assert_eq!((p.splits, p.grid, p.stage_tiles), (1, 112, 1), "{p:?}");
+    let a = p.alone(14, 5);
+    check_plan(&a, "alone");
+    assert_eq!((a.splits, a.items, a.grid, a.tiles_per_split), (p.splits, p.items, p.grid, p.tiles_per_split));
+    assert_eq!((a.tile.tile_slots, a.tile.blocks_per_sm, a.stage_tiles, a.stages), (14, 1, 2, 7), "{a:?}");
+    assert_eq!(a.smem_bytes, geo::smem_bytes(4, 4, 5, 7, 2));
+}
+
+#[test]
 fn auto_splits_fill_the_gpu_on_small_n() {
     // kv (K 2048, N 512) at M 8 on 132 SMs: 8 tiles of 64 columns alone would
     // leave 124 SMs idle.
