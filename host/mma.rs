@@ -96,12 +96,10 @@ impl MmaState {
                                 max_blocks,
                             )
                         };
-                        let resident = |slots: u32| -> Result<(u32, u32)> {
+                        let resident = |slots: u32| -> Result<u32> {
                             let smem = geo::smem_bytes(mb, tn / 32, bits, 1, slots);
                             f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
-                            let r =
-                                f.occupancy_max_active_blocks_per_multiprocessor(geo::THREADS, smem as usize, None)?;
-                            Ok((r, smem))
+                            Ok(f.occupancy_max_active_blocks_per_multiprocessor(geo::THREADS, smem as usize, None)?)
                         };
                         let mut inst = None;
                         for want in (1..=MAX_BLOCKS_PER_SM).rev() {
@@ -109,7 +107,7 @@ impl MmaState {
                             if blocks < want {
                                 continue;
                             }
-                            let (r, _) = resident(slots)?;
+                            let r = resident(slots)?;
                             if r >= blocks {
                                 let lone_slots = pick(1).map_or(slots, |(lone, _)| lone.max(slots));
                                 let smem = geo::smem_bytes(mb, tn / 32, bits, 1, lone_slots);
