@@ -11,9 +11,10 @@
 //!
 //! ```text
 //! [ table  | misc 16 B | epilogue | stage 0 | stage 1 | ... | stage S-1 ]
-//! table:    codebook lookup, one copy per lane (conflict-free lookups):
-//!           k <= 4: 4^k pair entries, k = 5: 2^k single entries, word e·32 + lane
-//!           (byte address e·128 + 4·lane: one `prmt` per lookup, see pair_words)
+//! table:    codebook lookup, 4^k pair entries, C = table_copies(k, MB) copies
+//!           of each: word e·C + lane % C (byte address e·4C + 4·(lane % C):
+//!           one `prmt` per lookup, see pair_words); C = 32 for k <= 4 (one
+//!           copy per lane: conflict-free lookups), 8 or 4 for k = 5
 //! misc:     the split-K "last block" flag
 //! epilogue: 16·MB × TILE_N f32, K-half reduction in fragment order
 //! stage:    KT tile slots [ slot 0 | slot 1 | ... | slot KT-1 ], slot j holds
@@ -55,16 +56,42 @@ pub const fn tile_n(nf: u32) -> u32 {
     8 * nf * COL_GROUPS
 }
 
-/// Entries of the lookup table: pairs of indices for k <= 4, single indices for k = 5.
+/// Entries of the lookup table: one per pair of indices, 4^k.
 #[inline(always)]
 pub const fn table_entries(bits: u32) -> u32 {
-    if bits <= 4 { 1 << (2 * bits) } else { 1 << bits }
+    1 << (2 * bits)
 }
 
-/// Bytes of the per-lane lookup table (one 4-byte word per entry and lane).
+/// Copies of each table entry, one 4-byte word each; lane l reads copy
+/// `l % copies`. With 32 (one per lane) 32 lanes with arbitrary indices hit
+/// 32 distinct banks: k = 2, 3 (2, 8 KiB) and k = 4 (32 KiB) except at two
+/// m blocks. With C copies the 32/C lanes of a copy share 32/C banks: a
+/// lookup costs ≈ 2 shared-memory wavefronts for C = 16, ≈ 3 for C = 8,
+/// ≈ 3.3 for C = 4, and the table is smaller, which leaves more shared
+/// memory for pipeline stages. One m block dequantizes for 16 rows and is
+/// bound by its lookups; more m blocks spend more per weight on mma and
+/// prefer the deeper pipeline. Measured on Llama-3-70B gate/up (H100):
+/// - k = 5 (one copy per lane would take 128 KiB): 8 copies (32 KiB) at one
+///   m block, 2 % faster than 4 there; 4 copies (16 KiB) from two m blocks
+///   on, 4 % faster at M = 32 and 10 % at M = 64. Either is 5-15 % faster
+///   than two single-index lookups per pair.
+/// - k = 4, two m blocks: 16 copies, 5-10 % faster at M = 17..32. At three
+///   m blocks 16 copies made 70B 17 % faster but the design shapes and
+///   Llama-3-8B 2-5 % slower; at four, no faster.
 #[inline(always)]
-pub const fn table_bytes(bits: u32) -> u32 {
-    table_entries(bits) * 32 * 4
+pub const fn table_copies(bits: u32, mb: u32) -> u32 {
+    match (bits, mb) {
+        (5, 1) => 8,
+        (5, _) => 4,
+        (4, 2) => 16,
+        _ => 32,
+    }
+}
+
+/// Bytes of the lookup table: entries × copies words.
+#[inline(always)]
+pub const fn table_bytes(bits: u32, mb: u32) -> u32 {
+    table_entries(bits) * table_copies(bits, mb) * 4
 }
 
 /// Bytes of the epilogue buffer: 16·MB × TILE_N f32.
@@ -75,20 +102,20 @@ pub const fn epi_bytes(mb: u32, nf: u32) -> u32 {
 
 /// Offset of the misc region.
 #[inline(always)]
-pub const fn misc_offset(bits: u32) -> u32 {
-    table_bytes(bits)
+pub const fn misc_offset(bits: u32, mb: u32) -> u32 {
+    table_bytes(bits, mb)
 }
 
 /// Offset of the epilogue buffer.
 #[inline(always)]
-pub const fn epi_offset(bits: u32) -> u32 {
-    misc_offset(bits) + MISC_BYTES
+pub const fn epi_offset(bits: u32, mb: u32) -> u32 {
+    misc_offset(bits, mb) + MISC_BYTES
 }
 
 /// Offset of stage 0.
 #[inline(always)]
 pub const fn stages_offset(mb: u32, nf: u32, bits: u32) -> u32 {
-    epi_offset(bits) + epi_bytes(mb, nf)
+    epi_offset(bits, mb) + epi_bytes(mb, nf)
 }
 
 /// Bytes of a slot's activation tile (16·MB rows of 64 values).
@@ -336,15 +363,24 @@ pub const fn window_offsets(n_dim: u32, kt: u32, n0: u32, bits: u32) -> (u32, u3
     (col.wrapping_mul(8 * bits) & 15, col.wrapping_mul(2) & 15)
 }
 
-/// `4·lane` in every byte: the lane's word offset inside a table entry,
-/// ready to be merged into [`pair_words`] / [`single_words`].
+/// `4·(lane % C)` in every byte, for a table of C = `copies`
+/// ([`table_copies`]): the byte offset of the lane's copy inside a table
+/// entry, ready to be merged into [`pair_words`].
 #[inline(always)]
-pub const fn lane_bytes(lane: u32) -> u32 {
-    (4 * (lane & 31)) * 0x0101_0101
+pub const fn lane_bytes(lane: u32, copies: u32) -> u32 {
+    (4 * (lane % copies)) * 0x0101_0101
 }
 
-/// The rotation amounts of [`pair_words`] and [`single_words`] for a lane
-/// with `two_t` = 2·(lane % 4): entry i is `two_t + 2 − i` (mod 32).
+/// Index bits of a pair entry that sit in the low address byte, above the
+/// copy offset, for a table of `copies` copies: `8 − log2(4·C)` (32 copies:
+/// 1, 8: 3, 4: 4).
+#[inline(always)]
+pub const fn lo_index_bits(copies: u32) -> u32 {
+    6 - copies.trailing_zeros()
+}
+
+/// The rotation amounts of [`pair_words`] for a lane with `two_t` =
+/// 2·(lane % 4): entry i is `two_t + 2 − i` (mod 32).
 #[inline(always)]
 pub const fn rotations(two_t: u32) -> [u32; 8] {
     let mut r = [0u32; 8];
@@ -356,55 +392,59 @@ pub const fn rotations(two_t: u32) -> [u32; 8] {
     r
 }
 
-/// For k ≤ 4: the two words `(lo, hi)` from which one byte permute per
-/// lookup ([`entry_select`]) builds the table address of the pair of
-/// elements `8q + two_t` (a) and `8q + two_t + 1` (b) of a quant block with
-/// bit planes `planes`, for q = 0..4. `rot` = [`rotations`]`(two_t)`,
-/// `lanes` = [`lane_bytes`]`(lane)`.
+/// The two words `(lo, hi)` from which one byte permute per lookup
+/// ([`entry_select`]) builds the table address of the pair of elements
+/// `8q + two_t` (a) and `8q + two_t + 1` (b) of a quant block with bit
+/// planes `planes`, for q = 0..4, in a table of `copies` copies (a power of
+/// two, 4..=32, with 2k − L ≤ 7). `rot` = [`rotations`]`(two_t)`, `lanes` =
+/// [`lane_bytes`]`(lane, copies)`.
 ///
 /// The address of interleaved pair index `e` (`a0 b0 a1 b1 …`, LSB first)
-/// for lane `l` is `e·128 + 4l`: byte 0 holds `4l` (bits 2..7) and index
-/// bit 0 (bit 7), byte 1 index bits 1.. . So plane j is rotated right by
-/// `two_t + 1 − 2j` (`rot[2j + 1]`), which moves bits `8q + two_t + e` to
-/// `8q + 2j − 1 + e`: for j ≥ 1 both bits land in byte q of `hi` (bits
-/// `2j − 1`, `2j`); for j = 0, b0 lands in bit 0 of byte q of `hi` and a0 in
-/// bit 7 of byte q − 1 (mod 4), kept in `lo` with the lane offset. Bit 7 of
-/// every `hi` byte is zero.
+/// for lane `l` is `e·4C + 4·(l % C)`: byte 0 holds the copy offset (from
+/// bit 2) and the low `L` = [`lo_index_bits`] index bits (bits `8 − L` ..
+/// 7), byte 1 the other index bits. Plane j holds index bits 2j, 2j + 1, so
+/// it is rotated right by `two_t + L − 2j` (`rot[2j + 2 − L]`, or `rot[0] +
+/// (L − 2 − 2j)` for the first planes when L > 2), which moves bits `8q + two_t + e` to `8q +
+/// 2j − L + e`: at or above bit 0 of byte q they are kept in `hi`, below it
+/// they belong to byte q − 1 (mod 4) of `lo`, beside the copy offset.
+/// - k ≤ 4 (L = 1): b0 lands in bit 0 of byte q of `hi`, a0 in bit 7 of
+///   byte q − 1; plane j ≥ 1 in bits `2j − 1`, `2j` of `hi`.
+/// - k = 5, 8 copies (L = 3): a0, b0 in bits 5, 6 and a1 in bit 7 of byte
+///   q − 1, b1 in bit 0 of byte q; plane j ≥ 2 in bits `2j − 3`, `2j − 2`
+///   of `hi`.
+/// - k = 5, 4 copies (L = 4): planes 0 and 1 in bits 4..7 of byte q − 1,
+///   plane j ≥ 2 in bits `2j − 4`, `2j − 3` of `hi`.
+///
+/// Bit 7 of every `hi` byte is zero (2k − L ≤ 7).
 #[inline(always)]
-pub fn pair_words<const K: usize>(planes: &[u32; K], rot: &[u32; 8], lanes: u32) -> (u32, u32) {
-    let r0 = planes[0].rotate_right(rot[1]);
-    let mut hi = r0 & 0x0101_0101;
-    for (j, &p) in planes.iter().enumerate().skip(1) {
-        hi |= p.rotate_right(rot[(2 * j + 1) & 7]) & (0x0303_0303 << (2 * j - 1));
-    }
-    (split_lo(r0, lanes), hi)
-}
-
-/// For any k: [`pair_words`]' two words for the single k-bit indices of
-/// elements `8q + two_t` (first) and `8q + two_t + 1` (second): plane j is
-/// rotated right by `two_t + 1 + e − j` (`rot[1 − e + j]`, e = 0 for the
-/// first element, 1 for the second), so that its bit lands in bit `j − 1`
-/// of byte q of `hi` (j ≥ 1) or bit 7 of byte q − 1 of `lo` (j = 0); the
-/// address of index `e` is again `e·128 + 4l`.
-#[inline(always)]
-pub fn single_words<const K: usize>(planes: &[u32; K], rot: &[u32; 8], lanes: u32) -> [(u32, u32); 2] {
-    let word = |e: usize| {
-        let r0 = planes[0].rotate_right(rot[1 - e]);
-        let mut hi = 0u32;
+pub fn pair_words<const K: usize>(planes: &[u32; K], rot: &[u32; 8], lanes: u32, copies: u32) -> (u32, u32) {
+    let l = lo_index_bits(copies) as i32;
+    if l == 1 {
+        // The common case, spelled out (the kernels' schedules were tuned on it).
+        let r0 = planes[0].rotate_right(rot[1]);
+        let mut hi = r0 & 0x0101_0101;
         for (j, &p) in planes.iter().enumerate().skip(1) {
-            hi |= p.rotate_right(rot[(1 - e + j) & 7]) & (0x0101_0101 << (j - 1));
+            hi |= p.rotate_right(rot[(2 * j + 1) & 7]) & (0x0303_0303 << (2 * j - 1));
         }
-        (split_lo(r0, lanes), hi)
-    };
-    [word(0), word(1)]
-}
-
-/// The `lo` word of [`pair_words`] / [`single_words`]: bit 7 of every byte
-/// of the rotated plane 0 over the lane offsets (one `lop3`; bit 7 of every
-/// byte of `lanes` is zero).
-#[inline(always)]
-fn split_lo(r0: u32, lanes: u32) -> u32 {
-    (r0 & 0x8080_8080) | lanes
+        return ((r0 & 0x8080_8080) | lanes, hi);
+    }
+    let (mut lo, mut hi) = (lanes, 0u32);
+    for (j, &p) in planes.iter().enumerate() {
+        // Rotation two_t + L − 2j: rot[2j + 2 − L], or past rot[0] for the
+        // first planes when L > 2.
+        let i = 2 * j as i32 + 2 - l;
+        let r = p.rotate_right(if i >= 0 { rot[i as usize & 7] } else { rot[0] + (-i) as u32 });
+        let pos = 2 * j as i32 - l;
+        if pos >= 0 {
+            hi |= r & (0x0303_0303 << pos);
+        } else if pos == -1 {
+            hi |= r & 0x0101_0101;
+            lo |= r & 0x8080_8080;
+        } else {
+            lo |= r & (0x0303_0303 << (pos + 8));
+        }
+    }
+    (lo, hi)
 }
 
 /// `prmt` selector that builds the table address of byte q (0..4) from

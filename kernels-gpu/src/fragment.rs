@@ -12,20 +12,18 @@
 //! register `b_r` of k16 step s of the block (mma B map: b0 = k 2t, 2t+1;
 //! b1 = k 2t+8, 2t+9), e = 0 the low half. k rotates and masks per
 //! fragment gather, for every byte q, the 2k-bit index of the pair
-//! (`a0 b0 a1 b1 …`, LSB first) into two words: index bits 1.. in byte q of
-//! `hi`, bit 0 beside the lane offset in a byte of `lo`, so that one `prmt`
-//! per lookup yields the table byte address `index·128 + 4·lane`
-//! (`kbit_format::mma::pair_words`).
+//! (`a0 b0 a1 b1 …`, LSB first) into two words, so that one `prmt` per
+//! lookup yields the pair's table byte address (`kbit_format::mma::pair_words`).
 //!
-//! Table (per lane, so 32 lanes with arbitrary indices hit 32 distinct
-//! banks): word `e·32 + lane`. For k ≤ 4, entry e is a pair index and holds
-//! `T(cb[a]) | T(cb[b]) << 16` (4^k entries: 2, 8, 32 KiB); for k = 5 the
-//! pair table would be 128 KiB, so entry e is a single index holding
-//! `T(cb[e])` in both halves (4 KiB) and each pair takes two lookups.
+//! Table: entry e holds `T(cb[a]) | T(cb[b]) << 16` for the pair (a, b) of
+//! interleaved index e, in C copies (`kbit_format::mma::table_copies(K,
+//! MB)`, so the functions here take the instance's m blocks `MB`): word
+//! `e·C + c`, and lane l reads copy `l % C`. With C = 32 (k <= 4: 2, 8, 32 KiB) 32
+//! lanes with arbitrary indices hit 32 distinct banks; k = 5 has C = 8 or 4.
 
 use crate::elem::{Bf16, Elem, F16};
 use crate::ptx;
-use kbit_format::mma::{THREADS, deinterleave, entry_select, pair_words, single_words, table_entries};
+use kbit_format::mma::{THREADS, deinterleave, entry_select, pair_words, table_copies, table_entries};
 
 /// An mma input type: f16 or bf16.
 pub trait MmaElem: Elem<Raw = u16> {
@@ -85,19 +83,24 @@ impl MmaElem for Bf16 {
     }
 }
 
-/// 16-byte table stores each thread makes: `ceil(entries · 8 / THREADS)`
-/// (k = 2: 1, half the threads; k = 3: 2; k = 4: 8; k = 5: 1).
-const fn table_rounds(bits: u32) -> usize {
-    (table_entries(bits) * 8).div_ceil(THREADS) as usize
+/// 16-byte stores per table entry: its C words, 4 per store.
+const fn entry_vecs(bits: u32, mb: u32) -> u32 {
+    table_copies(bits, mb) / 4
 }
 
-/// Runs `$body` for `$r` = 0 .. `table_rounds(K)` as straight-line code
-/// (constant indices keep the share in registers).
+/// 16-byte table stores each thread makes: `ceil(entries · C/4 / THREADS)`
+/// (k = 2: 1, half the threads; k = 3: 2; k = 4: 8; k = 5: 8 or 4).
+const fn table_rounds(bits: u32, mb: u32) -> usize {
+    (table_entries(bits) * entry_vecs(bits, mb)).div_ceil(THREADS) as usize
+}
+
+/// Runs `$body` for `$r` = 0 .. `table_rounds(K, MB)` as straight-line
+/// code (constant indices keep the share in registers).
 macro_rules! each_round {
-    ($k:expr, $r:ident => $body:block) => {{
+    ($k:expr, $mb:expr, $r:ident => $body:block) => {{
         macro_rules! one {
             ($i:literal) => {
-                if $i < table_rounds($k as u32) {
+                if $i < table_rounds($k as u32, $mb as u32) {
                     let $r: usize = $i;
                     $body
                 }
@@ -122,7 +125,7 @@ pub struct TableShare<const K: usize> {
 }
 
 /// Loads the codebook values of this thread's table stores (store `r` is
-/// 16-byte vector `tid + r·THREADS` of the table, entry `vector / 8`).
+/// 16-byte vector `tid + r·THREADS` of the table, entry `vector / (C/4)`).
 /// Nothing waits on the loads here, so a kernel issues them before its
 /// first pipeline copies and [`store_table`] after: the codebook's latency
 /// hides behind the copy issue, and its loads do not queue behind them.
@@ -130,39 +133,34 @@ pub struct TableShare<const K: usize> {
 /// # Safety
 /// `cb` holds `2^K` floats.
 #[inline(always)]
-pub unsafe fn load_table<const K: usize>(cb: *const f32, tid: u32) -> TableShare<K> {
-    const { assert!(table_rounds(K as u32) <= 8) };
-    let vecs = table_entries(K as u32) * 8;
+pub unsafe fn load_table<const K: usize, const MB: usize>(cb: *const f32, tid: u32) -> TableShare<K> {
+    const { assert!(table_rounds(K as u32, MB as u32) <= 8) };
+    let per_entry = entry_vecs(K as u32, MB as u32);
+    let vecs = table_entries(K as u32) * per_entry;
     let mut v = [[0f32; 2]; 8];
-    each_round!(K, r => {
+    each_round!(K, MB, r => {
         let i = tid + THREADS * r as u32;
         if i < vecs {
-            let e = i >> 3;
-            v[r] = unsafe {
-                if K <= 4 {
-                    [*cb.add(deinterleave(e, 0, K as u32) as usize), *cb.add(deinterleave(e, 1, K as u32) as usize)]
-                } else {
-                    let c = *cb.add(e as usize);
-                    [c, c]
-                }
-            };
+            let e = i / per_entry;
+            let bits = K as u32;
+            v[r] = unsafe { [*cb.add(deinterleave(e, 0, bits) as usize), *cb.add(deinterleave(e, 1, bits) as usize)] };
         }
     });
     TableShare { v }
 }
 
-/// Fills the per-lane lookup table at shared address `tbl` (see the module
-/// docs) from the values [`load_table`] gave this thread. Every entry is 32
-/// identical words (one per lane), written as 8 16-byte stores. The
+/// Fills the lookup table at shared address `tbl` (see the module docs)
+/// from the values [`load_table`] gave this thread. Every entry is C
+/// identical words, written as C/4 16-byte stores. The
 /// caller's next block barrier publishes it.
 ///
 /// # Safety
-/// `tbl` has `table_bytes(K)` bytes of shared memory; every thread of the
-/// block calls this with its own share.
+/// `tbl` has `table_bytes(K, MB)` bytes of shared memory; every thread of
+/// the block calls this with its own share.
 #[inline(always)]
-pub unsafe fn store_table<const K: usize, T: MmaElem>(tbl: u32, share: &TableShare<K>, tid: u32) {
-    let vecs = table_entries(K as u32) * 8;
-    each_round!(K, r => {
+pub unsafe fn store_table<const K: usize, const MB: usize, T: MmaElem>(tbl: u32, share: &TableShare<K>, tid: u32) {
+    let vecs = table_entries(K as u32) * entry_vecs(K as u32, MB as u32);
+    each_round!(K, MB, r => {
         let i = tid + THREADS * r as u32;
         if i < vecs {
             let [lo, hi] = share.v[r];
@@ -209,16 +207,17 @@ pub unsafe fn load_planes<const K: usize>(addr: u32) -> [u32; K] {
 ///
 /// `rot` = [`rotations`](kbit_format::mma::rotations)`(2·(lane % 4))`;
 /// `tbl` the table's shared address; `lanes` =
-/// [`lane_bytes`](kbit_format::mma::lane_bytes) of the lane; `scale` the
+/// [`lane_bytes`](kbit_format::mma::lane_bytes) of the lane for the
+/// table's copies; `scale` the
 /// block's E4M4 byte. The planes are rotated and masked once per fragment
 /// into two words ([`pair_words`]); every table address is then one `prmt`
 /// of those words, and the table base is added last so that it folds into
 /// the load's address operand.
 ///
 /// # Safety
-/// The table at `tbl` was built by [`store_table`] for `K`, `T`.
+/// The table at `tbl` was built by [`store_table`] for `K`, `MB`, `T`.
 #[inline(always)]
-pub unsafe fn dequant<const K: usize, T: MmaElem>(
+pub unsafe fn dequant<const K: usize, const MB: usize, T: MmaElem>(
     planes: &[u32; K],
     rot: &[u32; 8],
     tbl: u32,
@@ -227,21 +226,10 @@ pub unsafe fn dequant<const K: usize, T: MmaElem>(
 ) -> [u32; 4] {
     let s2 = T::scale_x2(scale);
     let mut out = [0u32; 4];
-    if K <= 4 {
-        let (lo, hi) = pair_words(planes, rot, lanes);
-        for (q, o) in out.iter_mut().enumerate() {
-            let at = ptx::prmt(lo, hi, entry_select(q as u32));
-            *o = T::mul_x2(unsafe { ptx::ld_shared_u32(tbl + at) }, s2);
-        }
-    } else {
-        let [(la, ha), (lb, hb)] = single_words(planes, rot, lanes);
-        for (q, o) in out.iter_mut().enumerate() {
-            let sel = entry_select(q as u32);
-            let lo = unsafe { ptx::ld_shared_u32(tbl + ptx::prmt(la, ha, sel)) };
-            let hi = unsafe { ptx::ld_shared_u32(tbl + ptx::prmt(lb, hb, sel)) };
-            // Low half of each entry: element a low, element b high.
-            *o = T::mul_x2(ptx::prmt(lo, hi, 0x5410), s2);
-        }
+    let (lo, hi) = pair_words(planes, rot, lanes, table_copies(K as u32, MB as u32));
+    for (q, o) in out.iter_mut().enumerate() {
+        let at = ptx::prmt(lo, hi, entry_select(q as u32));
+        *o = T::mul_x2(unsafe { ptx::ld_shared_u32(tbl + at) }, s2);
     }
     out
 }

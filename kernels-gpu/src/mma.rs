@@ -253,9 +253,9 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
         kt: kt_stage,
     };
 
-    let table = unsafe { fragment::load_table::<K>(a.cb, tid) };
+    let table = unsafe { fragment::load_table::<K, MB>(a.cb, tid) };
     if table_first(K, MB) {
-        unsafe { fragment::store_table::<K, T>(tbl, &table, tid) };
+        unsafe { fragment::store_table::<K, MB, T>(tbl, &table, tid) };
     }
     let mut ld = Cursor::at(ptx::bid(), &s);
     let mut cs = ld;
@@ -275,7 +275,7 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
     // after them (see `table_first`); the main loop's first barrier
     // publishes it.
     if !table_first(K, MB) {
-        unsafe { fragment::store_table::<K, T>(tbl, &table, tid) };
+        unsafe { fragment::store_table::<K, MB, T>(tbl, &table, tid) };
     }
 
     let ln = Lanes::new::<K, MB, NF>(tid);
@@ -612,7 +612,7 @@ struct Lanes {
     s: u32,
     /// `rotations(2·(lane % 4))`.
     rot: [u32; 8],
-    /// `lane_bytes(lane)`.
+    /// `lane_bytes(lane, table_copies(K, MB))`.
     lanes: u32,
 }
 
@@ -631,7 +631,7 @@ impl Lanes {
             w: geo::w_offset(mbu) + 4 * kb * kh + 8 * kb * col,
             s: geo::s_offset(mbu, nfu, kb) + kh + 2 * col,
             rot: geo::rotations(2 * (lane & 3)),
-            lanes: geo::lane_bytes(lane),
+            lanes: geo::lane_bytes(lane, geo::table_copies(kb, mbu)),
         }
     }
 
@@ -683,7 +683,7 @@ unsafe fn compute<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
     unrolled!(NF, f => {
         let planes = unsafe { fragment::load_planes::<K>(w_base + 64 * kb * f as u32) };
         let scale = unsafe { ptx::ld_shared_u8(s_base + 16 * f as u32) };
-        let b = unsafe { fragment::dequant::<K, T>(&planes, &ln.rot, tbl, ln.lanes, scale) };
+        let b = unsafe { fragment::dequant::<K, MB, T>(&planes, &ln.rot, tbl, ln.lanes, scale) };
         unrolled!(MB, mb => {
             acc[mb][f] = T::mma(frag_a[mb][0], [b[0], b[1]], acc[mb][f]);
             acc[mb][f] = T::mma(frag_a[mb][1], [b[2], b[3]], acc[mb][f]);
@@ -713,8 +713,8 @@ unsafe fn epilogue<const K: usize, const MB: usize, const NF: usize, T: MmaElem>
     acc: &[[[f32; 4]; NF]; MB],
 ) {
     let (kb, nfu) = (K as u32, NF as u32);
-    let epi = smem + geo::epi_offset(kb);
-    let misc = smem + geo::misc_offset(kb);
+    let epi = smem + geo::epi_offset(kb, MB as u32);
+    let misc = smem + geo::misc_offset(kb, MB as u32);
     let upper = tid >= 128;
     let t128 = tid & 127;
     // K half 1 parks its sums; K half 0 adds its own and leaves the tile.
