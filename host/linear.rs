@@ -155,19 +155,20 @@ fn mma_preferred_at_large_m(shape: Shape) -> bool {
 }
 
 /// Whether automatic dispatch prefers the MMA kernel to the scalar GEMV at
-/// M ≤ 4 (H100 tables at 9fa1836, bench-results/NOTES.md):
-/// - M = 4 on matrices of 2^25 weights and more (Llama-3-70B gate/up, k = 4:
-///   87.3 against 115.9 µs; k = 5: 136.1 against 144.7 µs), and at k ≤ 4 on
-///   those over 2^23 (Qwen3 gate/up, k = 4: 8.69 against 10.2 µs); `q`
-///   and `o` (exactly 2^23) stay within 2 % of the GEMV or ahead of it;
+/// M ≤ 4 (H100 tables, bench-results/NOTES.md):
+/// - M = 4 on matrices over 2^23 weights (at 4902760: Llama-3-70B gate/up,
+///   k = 4: 83.9 against 112.6 µs, k = 5: 118.1 against 142.9 µs; Qwen3
+///   gate/up, k = 5: 10.1 against 10.9 µs; GLM shared 17.4 against 17.9);
+///   `q` and `o` (exactly 2^23) stay within 2 % of the GEMV or ahead of it;
 /// - M = 3 at k ≤ 4 on 2^25 weights and more (70B, k = 4: 87.9 against
-///   104.1 µs; Llama-3-8B: 23.9 against 27.3 µs); at k = 5 the GEMV wins;
+///   104.1 µs; Llama-3-8B: 23.9 against 27.3 µs); at k = 5 the two tie
+///   (70B 118.8 µs each), so the GEMV keeps it;
 /// - never at M ≤ 2.
 fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32) -> bool {
     let large = !kbit_format::gemv::uses_slots(shape.n, shape.k);
     let medium = (shape.n as u64) * (shape.k as u64) > 1 << 23;
     match m {
-        4 => large || (medium && bits <= 4),
+        4 => large || medium,
         3 => large && bits <= 4,
         _ => false,
     }

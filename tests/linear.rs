@@ -86,7 +86,7 @@ fn expected_kernel(m: usize, shape: Shape, bits: u32) -> Kernel {
     let large = shape.n * shape.k >= 1 << 25;
     let medium = shape.n * shape.k > 1 << 23;
     match m {
-        4 if large || (medium && bits <= 4) => Kernel::Mma,
+        4 if large || medium => Kernel::Mma,
         3 if large && bits <= 4 => Kernel::Mma,
         1..=4 => Kernel::Scalar,
         5..=32 => Kernel::Mma,
