@@ -16,12 +16,12 @@
 //! result is bit-identical from call to call), one rounding to T at the end.
 
 use crate::device::dptr;
-use crate::module::{MMA_M_BLOCKS, MMA_TILE_N, mma_slot, names};
+use crate::module::{MMA_M_BLOCKS, MMA_STREAM, MMA_TILE_N, mma_slot, names};
 use crate::splitk::{self, Limits, Plan, Splits, TileConfig};
 use crate::weight::check_len;
 use crate::{Context, DeviceInfo, Dtype, Element, Error, KbitWeight, Result};
 use cudarc::driver::sys::CUfunction_attribute as FnAttr;
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use kbit_format::mma as geo;
 use std::sync::Arc;
 
@@ -79,58 +79,64 @@ impl MmaState {
     /// SM when registers allow only one: then it takes all the slots that
     /// fit), and allocates the zeroed workspace.
     pub(crate) fn new(stream: &Arc<CudaStream>, kernels: &crate::module::Kernels, info: &DeviceInfo) -> Result<Self> {
-        let mut instances = Vec::with_capacity(kernels.mma.len());
+        let mut keys = Vec::with_capacity(kernels.mma.len());
         for bits in crate::module::BITS {
             for mb in MMA_M_BLOCKS {
                 for tn in MMA_TILE_N {
                     for d in [Dtype::F16, Dtype::Bf16] {
-                        let f = &kernels.mma[mma_slot(bits, mb, tn, d).expect("mma table order")];
-                        let pick = |max_blocks| {
-                            splitk::slots_for(
-                                bits,
-                                mb,
-                                tn,
-                                info.max_smem_per_block,
-                                info.max_smem_per_sm,
-                                RESERVED_SMEM,
-                                max_blocks,
-                            )
-                        };
-                        let resident = |slots: u32| -> Result<u32> {
-                            let smem = geo::smem_bytes(mb, tn / 32, bits, 1, slots);
-                            f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
-                            Ok(f.occupancy_max_active_blocks_per_multiprocessor(geo::THREADS, smem as usize, None)?)
-                        };
-                        let mut inst = None;
-                        for want in (1..=MAX_BLOCKS_PER_SM).rev() {
-                            let Some((slots, blocks)) = pick(want) else { continue };
-                            if blocks < want {
-                                continue;
-                            }
-                            let r = resident(slots)?;
-                            if r >= blocks {
-                                let lone_slots = pick(1).map_or(slots, |(lone, _)| lone.max(slots));
-                                let smem = geo::smem_bytes(mb, tn / 32, bits, 1, lone_slots);
-                                f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
-                                inst = Some(Instance {
-                                    tile_slots: slots,
-                                    blocks_per_sm: r.min(blocks),
-                                    lone_slots,
-                                    smem_bytes: smem,
-                                });
-                                break;
-                            }
-                        }
-                        instances.push(inst);
+                        keys.push((bits, mb, tn, d, false));
                     }
                 }
             }
+        }
+        for (bits, mb) in MMA_STREAM {
+            for d in [Dtype::F16, Dtype::Bf16] {
+                keys.push((bits, mb, 128, d, true));
+            }
+        }
+        let mut instances = Vec::with_capacity(keys.len());
+        for (bits, mb, tn, d, sk) in keys {
+            let f = &kernels.mma[mma_slot(bits, mb, tn, d, sk).expect("mma table order")];
+            debug_assert_eq!(instances.len(), mma_slot(bits, mb, tn, d, sk).expect("mma table order"));
+            instances.push(Self::instance(f, bits, mb, tn, info)?);
         }
         Ok(Self {
             instances,
             workspace: stream.alloc_zeros::<f32>(SPLITK_WORKSPACE_F32)?,
             counters: stream.alloc_zeros::<u32>(SPLITK_COUNTERS)?,
         })
+    }
+
+    /// One instance's launch configuration (see [`MmaState::new`]); `None`
+    /// if no block of it fits an SM.
+    fn instance(f: &CudaFunction, bits: u32, mb: u32, tn: u32, info: &DeviceInfo) -> Result<Option<Instance>> {
+        let pick = |max_blocks| {
+            splitk::slots_for(bits, mb, tn, info.max_smem_per_block, info.max_smem_per_sm, RESERVED_SMEM, max_blocks)
+        };
+        let resident = |slots: u32| -> Result<u32> {
+            let smem = geo::smem_bytes(mb, tn / 32, bits, 1, slots);
+            f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+            Ok(f.occupancy_max_active_blocks_per_multiprocessor(geo::THREADS, smem as usize, None)?)
+        };
+        for want in (1..=MAX_BLOCKS_PER_SM).rev() {
+            let Some((slots, blocks)) = pick(want) else { continue };
+            if blocks < want {
+                continue;
+            }
+            let r = resident(slots)?;
+            if r >= blocks {
+                let lone_slots = pick(1).map_or(slots, |(lone, _)| lone.max(slots));
+                let smem = geo::smem_bytes(mb, tn / 32, bits, 1, lone_slots);
+                f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+                return Ok(Some(Instance {
+                    tile_slots: slots,
+                    blocks_per_sm: r.min(blocks),
+                    lone_slots,
+                    smem_bytes: smem,
+                }));
+            }
+        }
+        Ok(None)
     }
 
     fn limits(&self) -> Limits {
@@ -197,7 +203,8 @@ impl Context {
         }
         let (yp, _guard) = y.device_ptr_mut(s);
         let bits = w.bits();
-        let slot = mma_slot(bits, plan.tile.m_blocks, plan.tile.tile_n, T::DTYPE).expect("planned instance exists");
+        let slot = mma_slot(bits, plan.tile.m_blocks, plan.tile.tile_n, T::DTYPE, plan.stream)
+            .expect("planned instance exists");
         let f = &self.kernels.mma[slot];
         let (pp, sp, cp) = (dptr(&w.packed, self), dptr(&w.scales, self), dptr(&w.cb, self));
         let (wsp, ctp) = (dptr(&self.mma.workspace, self), dptr(&self.mma.counters, self));
@@ -252,7 +259,11 @@ impl Context {
         let limits = self.mma.limits();
         let mut best: Option<(f64, u32, TileConfig, u32)> = None;
         for tn in [128, 64] {
-            let slot = mma_slot(bits, mb, tn, dtype).expect("mma instance exists");
+            // Stream-K instances exist for 128-column tiles only.
+            if opts.splits == Splits::Stream && tn != 128 {
+                continue;
+            }
+            let slot = mma_slot(bits, mb, tn, dtype, false).expect("mma instance exists");
             let Some(inst) = self.mma.instances[slot] else { continue };
             let tile =
                 TileConfig { m_blocks: mb, tile_n: tn, tile_slots: inst.tile_slots, blocks_per_sm: inst.blocks_per_sm };
@@ -288,6 +299,35 @@ impl Context {
             });
         };
         let mut plan = splitk::plan(m, shape.n, shape.k, bits, sms, tile, opts.splits, limits)?;
+        // Stream-K where a plan without split-K leaves the SMs unevenly
+        // loaded (Llama-3-70B gate/up at M ≤ 16: 224 tiles of 128 columns
+        // on 132 SMs give 92 SMs two tiles and 40 one) and an equal share
+        // per block is estimated at least 8 % shorter.
+        let stream_tile = mma_slot(bits, mb, tile.tile_n, dtype, true)
+            .and_then(|i| self.mma.instances[i])
+            .map(|inst| TileConfig { tile_slots: inst.tile_slots, blocks_per_sm: inst.blocks_per_sm, ..tile });
+        match (opts.splits, stream_tile) {
+            (Splits::Stream, None) => {
+                return Err(Error::SplitK {
+                    what: "splits",
+                    value: 0,
+                    reason: format!("no stream-K instance for k = {bits}, {mb} m16 blocks, {} columns", tile.tile_n),
+                });
+            }
+            (Splits::Stream, Some(st)) => {
+                plan = splitk::plan(m, shape.n, shape.k, bits, sms, st, Splits::Stream, limits)?
+            }
+            (Splits::Auto, Some(st))
+                if plan.splits == 1
+                    && plan.n_tiles >= sms
+                    && let Ok(sk) = splitk::plan(m, shape.n, shape.k, bits, sms, st, Splits::Stream, limits)
+                    && splitk::stream_cost(&sk)
+                        < 0.92 * splitk::cost(plan.n_tiles, plan.k_tiles, 1, sms, tile, bits) =>
+            {
+                plan = sk;
+            }
+            _ => {}
+        }
         // A grid with at most one block per SM: each block may take its
         // SM's whole shared memory. Taken where that allows longer stages
         // (more K tiles between barriers), which the 48- and 64-row tiles

@@ -21,13 +21,25 @@ pub(crate) const MMA_TILE_N: [u32; 2] = [64, 128];
 /// Dtypes of the mma kernels, in table order.
 pub(crate) const MMA_DTYPES: [Dtype; 2] = [Dtype::F16, Dtype::Bf16];
 
-/// Position of an mma kernel in [`Kernels`]' table, `None` for an instance
-/// that does not exist (f32, m_blocks outside 1..=4, other tile widths).
-pub(crate) fn mma_slot(bits: u32, m_blocks: u32, tile_n: u32, dtype: Dtype) -> Option<usize> {
+/// (bits, m16 blocks) of the stream-K mma instances, all with 128-column
+/// tiles: where Llama-3-70B gate/up (224 such tiles on 132 SMs) measured
+/// faster with stream-K than without split-K (bench-results/NOTES.md).
+pub(crate) const MMA_STREAM: [(u32, u32); 4] = [(3, 1), (4, 1), (4, 4), (5, 4)];
+
+/// Position of an mma kernel in [`Kernels`]' table (the grid-stride
+/// instances, then the stream-K ones), `None` for an instance that does not
+/// exist (f32, m_blocks outside 1..=4, other tile widths, stream-K outside
+/// [`MMA_STREAM`]).
+pub(crate) fn mma_slot(bits: u32, m_blocks: u32, tile_n: u32, dtype: Dtype, stream: bool) -> Option<usize> {
+    let d = MMA_DTYPES.iter().position(|&x| x == dtype)?;
+    let classic = BITS.len() * MMA_M_BLOCKS.len() * MMA_TILE_N.len() * MMA_DTYPES.len();
+    if stream {
+        let i = MMA_STREAM.iter().position(|&x| x == (bits, m_blocks)).filter(|_| tile_n == 128)?;
+        return Some(classic + i * MMA_DTYPES.len() + d);
+    }
     let b = BITS.iter().position(|&x| x == bits)?;
     let m = MMA_M_BLOCKS.iter().position(|&x| x == m_blocks)?;
     let t = MMA_TILE_N.iter().position(|&x| x == tile_n)?;
-    let d = MMA_DTYPES.iter().position(|&x| x == dtype)?;
     Some(((b * MMA_M_BLOCKS.len() + m) * MMA_TILE_N.len() + t) * MMA_DTYPES.len() + d)
 }
 
@@ -58,6 +70,10 @@ pub mod names {
     pub fn mma(bits: u32, m_blocks: u32, tile_n: u32, dtype: Dtype) -> String {
         format!("kbit_mma_k{bits}_m{m_blocks}_n{tile_n}_{}", dtype.name())
     }
+    /// `kbit_mma_stream_k{bits}_m{m_blocks}_n128_{dtype}` (stream-K).
+    pub fn mma_stream(bits: u32, m_blocks: u32, dtype: Dtype) -> String {
+        format!("kbit_mma_stream_k{bits}_m{m_blocks}_n128_{}", dtype.name())
+    }
     /// Every mma entry point, in the kernel table's order.
     pub fn all_mma() -> Vec<String> {
         let mut v = Vec::new();
@@ -68,6 +84,11 @@ pub mod names {
                         v.push(mma(bits, mb, tn, d));
                     }
                 }
+            }
+        }
+        for (bits, mb) in super::MMA_STREAM {
+            for d in super::MMA_DTYPES {
+                v.push(mma_stream(bits, mb, d));
             }
         }
         v

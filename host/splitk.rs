@@ -16,6 +16,15 @@
 //! workspace slot (`slot_f32` floats) and one arrival counter per n tile
 //! elects the block that reduces.
 //!
+//! Stream-K ([`Splits::Stream`]): the T = n_tiles × k_tiles (n tile, K
+//! tile) iterations, in that order, are cut into `grid` contiguous ranges
+//! of `P = tiles_per_split` (the last shorter), one per block, so that no
+//! SM gets more than its share when the n tiles do not divide evenly over
+//! the resident blocks. A block's range falls into one or more n tiles;
+//! the piece of block b in n tile t writes slot `t + b` (unique, in (t, b)
+//! order: `items = n_tiles + grid` slots), and the blocks of tile t
+//! ([`Plan::tile_blocks`]) add up in block order.
+//!
 //! Pipeline shape: an instance owns `tile_slots` K-tile slots of shared
 //! memory per block ([`slots_for`]); each launch splits them into `stages`
 //! stages of `stage_tiles` (KT) K tiles ([`stage_shape`]): KT·TILE_N = 256
@@ -39,6 +48,10 @@ pub enum Splits {
     Fixed(u32),
     /// As many as the K tiles and the workspace allow.
     Max,
+    /// Stream-K: every block an equal contiguous share of all (n tile, K
+    /// tile) iterations; an error if the workspace cannot hold a slot per
+    /// n tile and block.
+    Stream,
 }
 
 /// A kernel instance and how it runs on the device.
@@ -80,12 +93,15 @@ pub struct Plan {
     pub n_tiles: u32,
     /// `ceil(K / 64)`.
     pub k_tiles: u32,
-    /// K splits per n tile (every one non-empty).
+    /// K splits per n tile (every one non-empty; 1 with stream-K).
     pub splits: u32,
-    /// K tiles per split (the last split may have fewer, never 0).
+    /// K tiles per split (the last split may have fewer, never 0); with
+    /// stream-K the iterations per block, P.
     pub tiles_per_split: u32,
-    /// `n_tiles · splits`.
+    /// `n_tiles · splits`; with stream-K `n_tiles + grid` (workspace slots).
     pub items: u32,
+    /// Stream-K (see the module docs).
+    pub stream: bool,
     /// Persistent grid: `min(items, SMs · blocks_per_sm)`.
     pub grid: u32,
     /// Pipeline stages (2..=[`geo::MAX_STAGES`]).
@@ -113,6 +129,27 @@ impl Plan {
     /// Work items of block `b` of the persistent grid.
     pub fn block_items(&self, b: u32) -> impl Iterator<Item = u32> + use<> {
         (b..self.items).step_by(self.grid.max(1) as usize)
+    }
+
+    /// Stream-K: the blocks whose ranges cover part of n tile `t` (its
+    /// pieces, in reduction order).
+    pub fn tile_blocks(&self, t: u32) -> std::ops::RangeInclusive<u32> {
+        let p = self.tiles_per_split.max(1);
+        (t * self.k_tiles / p)..=(((t + 1) * self.k_tiles - 1) / p)
+    }
+
+    /// Stream-K: block `b`'s pieces, as (n tile, K-tile range), in order.
+    pub fn block_pieces(&self, b: u32) -> Vec<(u32, Range<u32>)> {
+        let total = self.n_tiles * self.k_tiles;
+        let (mut g, end) = (b * self.tiles_per_split, ((b + 1) * self.tiles_per_split).min(total));
+        let mut v = Vec::new();
+        while g < end {
+            let (t, kt) = (g / self.k_tiles, g % self.k_tiles);
+            let kt_end = (kt + (end - g)).min(self.k_tiles);
+            v.push((t, kt..kt_end));
+            g = t * self.k_tiles + kt_end;
+        }
+        v
     }
 
     /// Columns of n tile `t`.
@@ -223,6 +260,14 @@ pub fn cost(n_tiles: u32, k_tiles: u32, splits: u32, sm_count: u32, tile: TileCo
     stream + splits as f64 * per_split + SPLIT_FIXED_COST
 }
 
+/// Estimated duration of a stream-K plan in the units of [`cost`]: each of
+/// an SM's blocks streams its P iterations and publishes up to two partial
+/// pieces (its first and last n tiles), plus the reduction's latency.
+pub fn stream_cost(plan: &Plan) -> f64 {
+    let bps = plan.tile.blocks_per_sm.max(1) as f64;
+    bps * (plan.tiles_per_split as f64 + 2.0 * SPLIT_ITEM_COST) + SPLIT_FIXED_COST
+}
+
 /// Fixed latency of a split-K reduction, in K-tile loads.
 const SPLIT_FIXED_COST: f64 = 2.0;
 
@@ -281,7 +326,9 @@ pub fn plan(
         (limits.workspace_f32 / (n_tiles as usize * slot)).clamp(1, u32::MAX as usize) as u32
     };
     let fits = |s: u32| s == 1 || s <= ws_max;
-    let (s, tps) = match splits {
+    let slots = sm_count as u64 * tile.blocks_per_sm as u64;
+    // (splits, K tiles per split or P, stream-K grid)
+    let (s, tps, stream_grid) = match splits {
         Splits::Fixed(0) => return bad("splits", 0, "at least one split is needed"),
         Splits::Fixed(r) => {
             let (s, tps) = normalize_splits(k_tiles, r);
@@ -297,9 +344,32 @@ pub fn plan(
                     ),
                 });
             }
-            (s, tps)
+            (s, tps, None)
         }
-        Splits::Max => normalize_splits(k_tiles, ws_max),
+        Splits::Max => {
+            let (s, tps) = normalize_splits(k_tiles, ws_max);
+            (s, tps, None)
+        }
+        Splits::Stream => {
+            let total = n_tiles as u64 * k_tiles as u64;
+            if total > u32::MAX as u64 / 2 {
+                return bad("n", n, "too many (column tile, K tile) iterations for one launch");
+            }
+            let per_block = total.div_ceil(slots).max(1) as u32;
+            let grid = total.div_ceil(per_block as u64) as u32;
+            let need = (n_tiles + grid) as usize * slot;
+            if need > limits.workspace_f32 || n_tiles as usize > limits.counters {
+                return Err(Error::SplitK {
+                    what: "splits",
+                    value: grid as usize,
+                    reason: format!(
+                        "stream-K over {grid} blocks needs {need} f32 of workspace, the context has {}",
+                        limits.workspace_f32
+                    ),
+                });
+            }
+            (1, per_block, Some(grid))
+        }
         Splits::Auto => {
             let mut best = (f64::INFINITY, 1, k_tiles);
             for r in 1..=k_tiles.min(AUTO_MAX_SPLITS).min(ws_max) {
@@ -312,16 +382,20 @@ pub fn plan(
                     best = (c, s, tps);
                 }
             }
-            (best.1, best.2)
+            (best.1, best.2, None)
         }
     };
-    let items = n_tiles as u64 * s as u64;
-    if items > u32::MAX as u64 / 2 {
-        return bad("n", n, "too many column tiles for one launch");
-    }
-    let items = items as u32;
-    let slots = sm_count as u64 * tile.blocks_per_sm as u64;
-    let (stage_tiles, stages) = stage_shape(tile.tile_slots, tile.tile_n, tps);
+    let (items, grid) = match stream_grid {
+        Some(grid) => (n_tiles + grid, grid),
+        None => {
+            let items = n_tiles as u64 * s as u64;
+            if items > u32::MAX as u64 / 2 {
+                return bad("n", n, "too many column tiles for one launch");
+            }
+            (items as u32, slots.min(items) as u32)
+        }
+    };
+    let (stage_tiles, stages) = stage_shape(tile.tile_slots, tile.tile_n, tps.min(k_tiles));
     Ok(Plan {
         m: m as u32,
         n: n as u32,
@@ -332,10 +406,11 @@ pub fn plan(
         splits: s,
         tiles_per_split: tps,
         items,
-        grid: slots.min(items as u64) as u32,
+        stream: stream_grid.is_some(),
+        grid,
         stages,
         stage_tiles,
-        workspace_f32: if s > 1 { items as usize * slot } else { 0 },
+        workspace_f32: if s > 1 || stream_grid.is_some() { items as usize * slot } else { 0 },
         smem_bytes: geo::smem_bytes(tile.m_blocks, tile.tile_n / 32, bits, stages, stage_tiles),
     })
 }

@@ -295,7 +295,7 @@ fn stage_shapes_aim_at_256_tile_columns_with_three_stages() {
 fn ptx_of_every_mma_kernel_has_the_designed_instructions() {
     let ptx = kbit::module::PTX;
     let names = kbit::module::names::all_mma();
-    assert_eq!(names.len(), 64);
+    assert_eq!(names.len(), 64 + 8);
     for name in names {
         let start = ptx.find(&format!(".entry {name}(")).unwrap_or_else(|| panic!("{name} missing"));
         let body = &ptx[start..];
@@ -329,6 +329,9 @@ const LIMITS: Limits = Limits { workspace_f32: kbit::SPLITK_WORKSPACE_F32, count
 /// tiles partitioning N, every (tile, split) item assigned to exactly one
 /// block of the grid, every block busy, workspace within the limits.
 fn check_plan(p: &kbit::Plan, what: &str) {
+    if p.stream {
+        return check_stream_plan(p, what);
+    }
     assert!(p.splits >= 1 && p.tiles_per_split >= 1, "{what}: {p:?}");
     assert_eq!(p.k_tiles as usize, (p.k as usize).div_ceil(64), "{what}");
     let mut next = 0;
@@ -380,6 +383,41 @@ fn check_plan(p: &kbit::Plan, what: &str) {
     }
 }
 
+/// Stream-K: every (n tile, K tile) iteration in exactly one block's
+/// pieces, every block busy with at most its share, each tile's pieces from
+/// the blocks `tile_blocks` names (in order), slots `t + b` distinct.
+fn check_stream_plan(p: &kbit::Plan, what: &str) {
+    assert!(p.splits == 1 && p.tiles_per_split >= 1 && p.grid >= 1, "{what}: {p:?}");
+    assert_eq!(p.items, p.n_tiles + p.grid, "{what}");
+    assert!((1..=geo::MAX_STAGE_TILES).contains(&p.stage_tiles), "{what}: {p:?}");
+    assert!(p.stages * p.stage_tiles <= p.tile.tile_slots && p.stages >= geo::MIN_STAGES, "{what}: {p:?}");
+    let mut seen = vec![0u8; (p.n_tiles * p.k_tiles) as usize];
+    let mut blocks_of: Vec<Vec<u32>> = vec![Vec::new(); p.n_tiles as usize];
+    let mut slots = vec![false; p.items as usize];
+    for b in 0..p.grid {
+        let pieces = p.block_pieces(b);
+        assert!(!pieces.is_empty(), "{what}: block {b} has no work");
+        let work: u32 = pieces.iter().map(|(_, r)| r.len() as u32).sum();
+        assert!(work <= p.tiles_per_split, "{what}: block {b} does {work}");
+        for (t, r) in pieces {
+            assert!(t < p.n_tiles && !r.is_empty() && r.end <= p.k_tiles, "{what}: block {b} piece {t} {r:?}");
+            for kt in r {
+                seen[(t * p.k_tiles + kt) as usize] += 1;
+            }
+            blocks_of[t as usize].push(b);
+            let slot = (t + b) as usize;
+            assert!(slot < slots.len() && !slots[slot], "{what}: slot {slot} reused");
+            slots[slot] = true;
+        }
+    }
+    assert!(seen.iter().all(|&c| c == 1), "{what}: an iteration is not covered exactly once");
+    for (t, bs) in blocks_of.iter().enumerate() {
+        assert_eq!(*bs, p.tile_blocks(t as u32).collect::<Vec<_>>(), "{what}: tile {t}");
+    }
+    assert_eq!(p.workspace_f32, p.items as usize * geo::slot_f32(p.tile.m_blocks, p.tile.tile_n / 32) as usize);
+    assert!(p.workspace_f32 <= LIMITS.workspace_f32 && p.n_tiles as usize <= LIMITS.counters, "{what}");
+}
+
 fn planner_shapes() -> Vec<(usize, usize)> {
     let mut v: Vec<(usize, usize)> = common::SHAPES.iter().map(|&(_, k, n)| (k, n)).collect();
     v.extend(common::AWKWARD.iter().map(|&(_, k, n)| (k, n)));
@@ -403,13 +441,19 @@ fn planner_covers_every_tile_once_with_no_empty_split_on_132_and_128_sms() {
                     for (bps, slots) in [(1u32, 2u32), (2, 5), (1, 11), (2, geo::MAX_TILE_SLOTS)] {
                         let tile = TileConfig { m_blocks: mb, tile_n: tn, tile_slots: slots, blocks_per_sm: bps };
                         let k_tiles = k.div_ceil(64) as u32;
-                        let requests = [Splits::Auto, Splits::Max, Splits::Fixed(1), Splits::Fixed(sms)];
+                        let requests =
+                            [Splits::Auto, Splits::Max, Splits::Stream, Splits::Fixed(1), Splits::Fixed(sms)];
                         for req in requests.into_iter().chain([3, 7, 33, 131, 132, 1000].map(Splits::Fixed)) {
                             let what = format!("sms {sms} K {k} N {n} M {m} tile {tn} x{bps} slots {slots} {req:?}");
                             let p = match splitk::plan(m, n, k, 4, sms, tile, req, LIMITS) {
                                 Ok(p) => p,
-                                // A fixed count the 16 MiB workspace cannot hold is an error, never a clamp.
-                                Err(Error::SplitK { .. }) if matches!(req, Splits::Fixed(r) if r > 1) => continue,
+                                // A fixed count (or stream-K) the 16 MiB workspace cannot hold is an
+                                // error, never a clamp.
+                                Err(Error::SplitK { .. })
+                                    if matches!(req, Splits::Fixed(r) if r > 1) || req == Splits::Stream =>
+                                {
+                                    continue;
+                                }
                                 Err(e) => panic!("{what}: {e}"),
                             };
                             check_plan(&p, &what);
@@ -550,19 +594,31 @@ fn replay_kernel_walk(p: &kbit::Plan) -> Vec<u32> {
         let kt = sp * p.tiles_per_split;
         Cursor { item, nt, kt, kt_end: (kt + p.tiles_per_split).min(p.k_tiles) }
     };
+    // Stream-K: the piece of block b from iteration g (the kernel's `piece`).
+    let total = p.n_tiles * p.k_tiles;
+    let piece = |b: u32, g: u32| {
+        let end = ((b + 1) * p.tiles_per_split).min(total);
+        let (nt, kt) = (g / p.k_tiles, g % p.k_tiles);
+        let item = if g < end { nt + b } else { u32::MAX };
+        Cursor { item, nt, kt, kt_end: (kt + end.saturating_sub(g)).min(p.k_tiles) }
+    };
+    let first = |b: u32| if p.stream { piece(b, b * p.tiles_per_split) } else { at(b) };
+    let next = |c: &Cursor| {
+        if p.stream { piece(c.item - c.nt, c.nt * p.k_tiles + c.kt_end) } else { at(c.item.saturating_add(p.grid)) }
+    };
     let live = |c: &Cursor| c.item < p.items;
     let len = |c: &Cursor| c.kt_end.saturating_sub(c.kt).min(p.stage_tiles);
     let advance = |c: &mut Cursor| {
         c.kt += len(c);
         if c.kt == c.kt_end {
-            *c = at(c.item.saturating_add(p.grid));
+            *c = next(c);
         }
     };
     let mut seen = vec![0u32; (p.n_tiles * p.k_tiles) as usize];
     for b in 0..p.grid {
         let s = p.stages as usize;
         let mut ring: Vec<Option<(u32, u32, u32)>> = vec![None; s];
-        let mut ld = at(b);
+        let mut ld = first(b);
         let mut cs = ld;
         let (mut w, mut r) = (0usize, 0usize);
         for _ in 1..s {
@@ -589,7 +645,7 @@ fn replay_kernel_walk(p: &kbit::Plan) -> Vec<u32> {
             r = (r + 1) % s;
             cs.kt += n;
             if cs.kt == cs.kt_end {
-                cs = at(cs.item.saturating_add(p.grid));
+                cs = next(&cs);
             }
         }
     }
@@ -601,7 +657,8 @@ fn kernel_walk_computes_every_k_tile_once_from_the_stage_it_loaded() {
     let mut n_plans = 0;
     for sms in [132u32, 128, 7, 1] {
         for (k, n) in [(8192usize, 72usize), (2080, 520), (96, 4100), (32, 130), (6400, 130), (8192, 28672)] {
-            for req in [Splits::Auto, Splits::Max, Splits::Fixed(1), Splits::Fixed(5), Splits::Fixed(7)] {
+            for req in [Splits::Auto, Splits::Max, Splits::Stream, Splits::Fixed(1), Splits::Fixed(5), Splits::Fixed(7)]
+            {
                 for slots in [2u32, 5, 11, geo::MAX_TILE_SLOTS] {
                     let tile = TileConfig { m_blocks: 1, tile_n: 128, tile_slots: slots, blocks_per_sm: 2 };
                     let base = splitk::plan(16, n, k, 4, sms, tile, req, LIMITS).unwrap();
@@ -771,6 +828,14 @@ fn cases() -> Vec<(Case, bool)> {
             j % 2 == 0,
         ));
         v.push((Case { m: 16, k: 8192, n: 72, bits, splits: Splits::Max, sms, stage_tiles: None }, j % 2 == 1));
+    }
+    // Stream-K on few SMs: a block's range spans whole tiles (written
+    // directly) and pieces of others; the zero half tile of K % 64 == 32.
+    // Only the (k, m16 blocks) that have stream-K instances (128 columns).
+    let stream = [(16, 8192, 1000, 3, 3u32), (5, 2080, 130, 4, 1), (60, 2080, 520, 4, 5), (64, 96, 4100, 5, 2)];
+    for (j, (m, k, n, bits, sms)) in stream.into_iter().enumerate() {
+        let case = Case { m, k, n, bits, splits: Splits::Stream, sms: Some(sms), stage_tiles: None };
+        v.push((case, j % 2 == 0));
     }
     // Forced stage shapes: split ranges that KT does not divide (partial last
     // stages), KT above the item length (every stage partial), the zero half

@@ -96,8 +96,9 @@ dequant_entries! {
 }
 
 macro_rules! mma_entries {
-    ($($name:ident: $k:literal, $mb:literal, $nf:literal, $t:ty;)*) => {$(
-        /// Tensor-core dequant GEMM (`mma::run`): k, m16 blocks, TILE_N = 32·NF, dtype.
+    ($($name:ident: $k:literal, $mb:literal, $nf:literal, $t:ty $(, $stream:literal)?;)*) => {$(
+        /// Tensor-core dequant GEMM (`mma::run`): k, m16 blocks, TILE_N = 32·NF,
+        /// dtype, and (`true` after it) stream-K.
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(
             x: *const u16, packed: *const u32, scales: *const u8, cb: *const f32, y: *mut u16,
@@ -108,7 +109,7 @@ macro_rules! mma_entries {
                 x, packed, scales, cb, y, ws, counters, m, n, k, k_tiles, splits, tiles_per_split, items, stages,
                 stage_tiles, flags,
             };
-            unsafe { mma::run::<$k, $mb, $nf, $t>(&a) }
+            unsafe { mma::run::<$k, $mb, $nf, $t, { false $(|| $stream)? }>(&a) }
         }
     )*};
 }
@@ -148,6 +149,15 @@ mma_entries! {
     kbit_mma_k5_m3_n128_f16: 5, 3, 4, F16; kbit_mma_k5_m3_n128_bf16: 5, 3, 4, Bf16;
     kbit_mma_k5_m4_n64_f16: 5, 4, 2, F16; kbit_mma_k5_m4_n64_bf16: 5, 4, 2, Bf16;
     kbit_mma_k5_m4_n128_f16: 5, 4, 4, F16; kbit_mma_k5_m4_n128_bf16: 5, 4, 4, Bf16;
+}
+
+// Stream-K instances (the host's `MMA_STREAM`): 128-column tiles at the
+// (k, m16 blocks) where matrices of more n tiles than SMs ran faster with it.
+mma_entries! {
+    kbit_mma_stream_k3_m1_n128_f16: 3, 1, 4, F16, true; kbit_mma_stream_k3_m1_n128_bf16: 3, 1, 4, Bf16, true;
+    kbit_mma_stream_k4_m1_n128_f16: 4, 1, 4, F16, true; kbit_mma_stream_k4_m1_n128_bf16: 4, 1, 4, Bf16, true;
+    kbit_mma_stream_k4_m4_n128_f16: 4, 4, 4, F16, true; kbit_mma_stream_k4_m4_n128_bf16: 4, 4, 4, Bf16, true;
+    kbit_mma_stream_k5_m4_n128_f16: 5, 4, 4, F16, true; kbit_mma_stream_k5_m4_n128_bf16: 5, 4, 4, Bf16, true;
 }
 
 /// `C[16, 8] = A[16, 16] · W[8, 16]ᵀ` in f16 on the tensor cores (one warp).

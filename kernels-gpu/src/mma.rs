@@ -91,6 +91,18 @@
 //!    order, so the result is bit-identical whichever block arrives last;
 //!    it rounds to T, writes y, and resets the counter to 0.
 //!
+//! Stream-K (the `kbit_mma_stream_*` instances, `STREAM`) replaces the
+//! grid stride: block b owns the
+//! iterations `[b·P, min((b+1)·P, T))` of the T = n tiles × K tiles
+//! iterations in (n tile, K tile) order, P = `tiles_per_split`, so every
+//! block gets the same share when the n tiles do not divide evenly over
+//! the grid. Its items are the pieces of that range inside each n tile
+//! (one or a few per block); the piece of block b in n tile t publishes
+//! to slot `t + b` (pieces in (t, b) order, so slots are unique), n tile t
+//! has the pieces of blocks `t·K_tiles / P ..= ((t+1)·K_tiles − 1) / P`,
+//! and the last arriving block adds them in block order, as above. An n
+//! tile inside one block's range is written directly.
+//!
 //! Every slot is fully written before it is read, so the workspace needs no
 //! clearing; the counters are left at zero. Steady state: no memset, no
 //! allocation, nothing host-side per call.
@@ -150,11 +162,12 @@ pub struct Args {
     pub k: u32,
     /// `ceil(K / 64)`.
     pub k_tiles: u32,
-    /// Splits per n tile.
+    /// Splits per n tile (1 with stream-K).
     pub splits: u32,
-    /// K tiles per split.
+    /// K tiles per split; with stream-K the (n tile, K tile) iterations
+    /// per block, P.
     pub tiles_per_split: u32,
-    /// n tiles × splits.
+    /// n tiles × splits; with stream-K n tiles + grid (the workspace slots).
     pub items: u32,
     /// Pipeline stages (2..=12), matching the launch's shared memory.
     pub stages: u32,
@@ -187,6 +200,13 @@ struct Sched {
     grid: u32,
     /// K tiles per stage (≥ 1).
     kt: u32,
+    /// Stream-K: block b owns iterations `[b·tps, min((b+1)·tps, total))`.
+    stream: bool,
+    /// n tiles × K tiles (stream-K).
+    total: u32,
+    /// `k_tiles` and `tps` as divisors (stream-K).
+    k_tiles_nz: NonZeroU32,
+    tps_nz: NonZeroU32,
 }
 
 impl Cursor {
@@ -197,6 +217,57 @@ impl Cursor {
         let kt = sp * s.tps;
         let n0 = nt * s.tile_n;
         Self { item, nt, kt, kt_end: (kt + s.tps).min(s.k_tiles), n0, n_valid: s.n.saturating_sub(n0).min(s.tile_n) }
+    }
+
+    /// Stream-K: the first piece of block `b`: from iteration `b·P` (n
+    /// tile `b·P / k_tiles`) to the end of that tile or of the block's
+    /// range; its item (workspace slot) is `n tile + b`.
+    #[inline(always)]
+    fn first_piece(b: u32, s: &Sched) -> Self {
+        let g = b * s.tps;
+        let nt = g / s.k_tiles_nz;
+        let kt = g - nt * s.k_tiles;
+        let n0 = nt * s.tile_n;
+        let end = (g + s.tps).min(s.total);
+        let item = if g < end { nt + b } else { u32::MAX };
+        Self {
+            item,
+            nt,
+            kt,
+            kt_end: (kt + (end - g)).min(s.k_tiles),
+            n0,
+            n_valid: s.n.saturating_sub(n0).min(s.tile_n),
+        }
+    }
+
+    /// Block `b`'s first item.
+    #[inline(always)]
+    fn first(b: u32, s: &Sched) -> Self {
+        if s.stream { Self::first_piece(b, s) } else { Self::at(b, s) }
+    }
+
+    /// The block's item after this one: the next item of the grid stride,
+    /// or with stream-K the block's piece of the next n tile, if its range
+    /// reaches that far (it starts there, at K tile 0).
+    #[inline(always)]
+    fn next_item(&self, s: &Sched) -> Self {
+        if s.stream {
+            let b = self.item.wrapping_sub(self.nt);
+            let g = (self.nt + 1) * s.k_tiles;
+            let end = (b * s.tps + s.tps).min(s.total);
+            let n0 = self.n0 + s.tile_n;
+            let live = self.kt_end == s.k_tiles && g < end;
+            Self {
+                item: if live { self.item + 1 } else { u32::MAX },
+                nt: self.nt + 1,
+                kt: 0,
+                kt_end: end.saturating_sub(g).min(s.k_tiles),
+                n0,
+                n_valid: s.n.saturating_sub(n0).min(s.tile_n),
+            }
+        } else {
+            Self::at(self.item.saturating_add(s.grid), s)
+        }
     }
 
     #[inline(always)]
@@ -216,7 +287,7 @@ impl Cursor {
     fn advance(&mut self, s: &Sched) {
         self.kt += self.stage_len(s);
         if self.kt == self.kt_end {
-            *self = Self::at(self.item.saturating_add(s.grid), s);
+            *self = self.next_item(s);
         }
     }
 }
@@ -228,7 +299,7 @@ impl Cursor {
 /// launch has 256 threads, `smem_bytes(MB, NF, K, stages, stage_tiles)` bytes of dynamic
 /// shared memory and at most `items` blocks.
 #[inline(always)]
-pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(a: &Args) {
+pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, const STREAM: bool>(a: &Args) {
     const { assert!(MB >= 1 && MB <= 4 && (NF == 2 || NF == 4) && K >= 2 && K <= 5) };
     let (kb, mbu, nfu) = (K as u32, MB as u32, NF as u32);
     let tid = ptx::tid();
@@ -242,6 +313,13 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
     let next = |b: u32| if b + stb == st_end { st0 } else { b + stb };
 
     let Some(splits) = NonZeroU32::new(a.splits) else { return };
+    // Divisors of the stream-K piece arithmetic (unused otherwise).
+    let (k_tiles_nz, tps_nz) = if STREAM {
+        let (Some(kt), Some(p)) = (NonZeroU32::new(a.k_tiles), NonZeroU32::new(a.tiles_per_split)) else { return };
+        (kt, p)
+    } else {
+        (NonZeroU32::MIN, NonZeroU32::MIN)
+    };
     let s = Sched {
         n: a.n,
         k_tiles: a.k_tiles,
@@ -251,13 +329,17 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
         tile_n: geo::tile_n(nfu),
         grid: ptx::grid_dim(),
         kt: kt_stage,
+        stream: STREAM,
+        total: if STREAM { a.n.div_ceil(geo::tile_n(nfu)) * a.k_tiles } else { 0 },
+        k_tiles_nz,
+        tps_nz,
     };
 
     let table = unsafe { fragment::load_table::<K, MB>(a.cb, tid) };
     if table_first(K, MB) {
         unsafe { fragment::store_table::<K, MB, T>(tbl, &table, tid) };
     }
-    let mut ld = Cursor::at(ptx::bid(), &s);
+    let mut ld = Cursor::first(ptx::bid(), &s);
     let mut cs = ld;
     let (mut buf_w, mut buf_r) = (st0, st0);
 
@@ -331,7 +413,7 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
                 if cs.kt == cs.kt_end {
                     unsafe { epilogue::<K, MB, NF, T>(a, &cs, &s, smem, tid, &acc) };
                     acc = [[[0f32; 4]; NF]; MB];
-                    cs = Cursor::at(cs.item.saturating_add(s.grid), &s);
+                    cs = cs.next_item(&s);
                 }
             }
         }};
@@ -739,8 +821,12 @@ unsafe fn epilogue<const K: usize, const MB: usize, const NF: usize, T: MmaElem>
     }
     ptx::bar_sync();
     let chunks_per_thread = (MB * NF / 2) as u32;
+    // The n tile's items (partials): its splits, or with stream-K the
+    // pieces of blocks `fb ..= lb` (see the module docs).
+    let fb = if s.stream { c.nt * s.k_tiles / s.tps_nz } else { 0 };
+    let count = if s.stream { ((c.nt + 1) * s.k_tiles - 1) / s.tps_nz - fb + 1 } else { s.splits.get() };
 
-    if s.splits.get() == 1 {
+    if count == 1 {
         for j in 0..chunks_per_thread {
             let chunk = tid + geo::THREADS * j;
             let v = unsafe { ptx::ld_shared_v4(epi + 16 * chunk) }.map(f32::from_bits);
@@ -765,7 +851,7 @@ unsafe fn epilogue<const K: usize, const MB: usize, const NF: usize, T: MmaElem>
     if tid == 0 {
         ptx::fence_acq_rel_gpu();
         let old = unsafe { ptx::atom_add_acq_rel_gpu(counter, 1) };
-        unsafe { ptx::st_shared_u32(misc, (old == s.splits.get() - 1) as u32) };
+        unsafe { ptx::st_shared_u32(misc, (old == count - 1) as u32) };
     }
     ptx::bar_sync();
     if unsafe { ptx::ld_shared_u32(misc) } == 0 {
@@ -774,9 +860,11 @@ unsafe fn epilogue<const K: usize, const MB: usize, const NF: usize, T: MmaElem>
     // 3. Last block: sum all slots in split order, write y, reset the
     // counter. Thread 0's acquiring atomic, then the barrier above, order
     // the other blocks' partials before these loads.
-    let first = unsafe { a.ws.add((c.nt as u64 * s.splits.get() as u64 * slot_f32) as usize) } as *const u32;
+    // The workspace slot of the tile's first item: `nt·splits`, or `nt + fb`.
+    let first_slot = if s.stream { (c.nt + fb) as u64 } else { c.nt as u64 * s.splits.get() as u64 };
+    let first = unsafe { a.ws.add((first_slot * slot_f32) as usize) } as *const u32;
     let step = slot_f32 as usize;
-    let splits = s.splits.get();
+    let splits = count;
     for j in 0..chunks_per_thread {
         let chunk = tid + geo::THREADS * j;
         let p = unsafe { first.add(4 * chunk as usize) };
