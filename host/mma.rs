@@ -96,9 +96,9 @@ impl MmaState {
         }
         let mut instances = Vec::with_capacity(keys.len());
         for (bits, mb, tn, d, sk) in keys {
-            let f = &kernels.mma[mma_slot(bits, mb, tn, d, sk).expect("mma table order")];
-            debug_assert_eq!(instances.len(), mma_slot(bits, mb, tn, d, sk).expect("mma table order"));
-            instances.push(Self::instance(f, bits, mb, tn, info)?);
+            let slot = mma_slot(bits, mb, tn, d, sk).expect("mma table order");
+            debug_assert_eq!(instances.len(), slot);
+            instances.push(Self::instance(&kernels.mma[slot], bits, mb, tn, info)?);
         }
         Ok(Self {
             instances,
@@ -298,15 +298,12 @@ impl Context {
                 available: self.info().max_smem_per_block,
             });
         };
-        let mut plan = splitk::plan(m, shape.n, shape.k, bits, sms, tile, opts.splits, limits)?;
-        // Stream-K where a plan without split-K leaves the SMs unevenly
-        // loaded (Llama-3-70B gate/up at M ≤ 16: 224 tiles of 128 columns
-        // on 132 SMs give 92 SMs two tiles and 40 one) and an equal share
-        // per block is estimated at least 8 % shorter.
+        // The stream-K instance of this tile, if there is one (its own
+        // registers, so its own residency).
         let stream_tile = mma_slot(bits, mb, tile.tile_n, dtype, true)
             .and_then(|i| self.mma.instances[i])
             .map(|inst| TileConfig { tile_slots: inst.tile_slots, blocks_per_sm: inst.blocks_per_sm, ..tile });
-        match (opts.splits, stream_tile) {
+        let mut plan = match (opts.splits, stream_tile) {
             (Splits::Stream, None) => {
                 return Err(Error::SplitK {
                     what: "splits",
@@ -314,19 +311,21 @@ impl Context {
                     reason: format!("no stream-K instance for k = {bits}, {mb} m16 blocks, {} columns", tile.tile_n),
                 });
             }
-            (Splits::Stream, Some(st)) => {
-                plan = splitk::plan(m, shape.n, shape.k, bits, sms, st, Splits::Stream, limits)?
-            }
-            (Splits::Auto, Some(st))
-                if plan.splits == 1
-                    && plan.n_tiles >= sms
-                    && let Ok(sk) = splitk::plan(m, shape.n, shape.k, bits, sms, st, Splits::Stream, limits)
-                    && splitk::stream_cost(&sk)
-                        < 0.92 * splitk::cost(plan.n_tiles, plan.k_tiles, 1, sms, tile, bits) =>
-            {
-                plan = sk;
-            }
-            _ => {}
+            (Splits::Stream, Some(st)) => splitk::plan(m, shape.n, shape.k, bits, sms, st, Splits::Stream, limits)?,
+            _ => splitk::plan(m, shape.n, shape.k, bits, sms, tile, opts.splits, limits)?,
+        };
+        // Stream-K where a plan without split-K leaves the SMs unevenly
+        // loaded (Llama-3-70B gate/up at M ≤ 16: 224 tiles of 128 columns
+        // on 132 SMs give 92 SMs two tiles and 40 one) and an equal share
+        // per block is estimated at least 8 % shorter.
+        if opts.splits == Splits::Auto
+            && plan.splits == 1
+            && plan.n_tiles >= sms
+            && let Some(st) = stream_tile
+            && let Ok(sk) = splitk::plan(m, shape.n, shape.k, bits, sms, st, Splits::Stream, limits)
+            && splitk::stream_cost(&sk) < 0.92 * splitk::cost(plan.n_tiles, plan.k_tiles, 1, sms, tile, bits)
+        {
+            plan = sk;
         }
         // A grid with at most one block per SM: each block may take its
         // SM's whole shared memory. Taken where that allows longer stages

@@ -92,9 +92,8 @@
 //!    it rounds to T, writes y, and resets the counter to 0.
 //!
 //! Stream-K (the `kbit_mma_stream_*` instances, `STREAM`) replaces the
-//! grid stride: block b owns the
-//! iterations `[b·P, min((b+1)·P, T))` of the T = n tiles × K tiles
-//! iterations in (n tile, K tile) order, P = `tiles_per_split`, so every
+//! grid stride: block b owns the iterations `[b·P, min((b+1)·P, T))` of
+//! the T = n tiles × K tiles iterations in (n tile, K tile) order, P = `tiles_per_split`, so every
 //! block gets the same share when the n tiles do not divide evenly over
 //! the grid. Its items are the pieces of that range inside each n tile
 //! (one or a few per block); the piece of block b in n tile t publishes
