@@ -5,6 +5,7 @@ use crate::{Error, Result};
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Facts about the device that launch geometry and tuning are chosen from.
 #[derive(Clone, Debug)]
@@ -51,6 +52,13 @@ pub struct Context {
     pub(crate) linear: crate::linear::LinearState,
     /// Tensor-core GEMM launch table and split-K workspace (host/mma.rs).
     pub(crate) mma: crate::mma::MmaState,
+    /// GEMV and tensor-core GEMM launches are programmatic dependents
+    /// (host/launch.rs): the device has sm_90 and the user did not opt out.
+    programmatic: bool,
+    /// A weight was written on the stream since the last GEMV or GEMM
+    /// launch: the next one is launched plainly, because those kernels read
+    /// weights before their grid-dependency wait.
+    weights_written: AtomicBool,
 }
 
 impl Context {
@@ -91,10 +99,73 @@ impl Context {
             max_smem_per_sm: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)? as usize,
             total_mem: ctx.total_mem()?,
         };
-        let kernels = Kernels::load(&ctx)?;
+        let kernels = Kernels::load(&ctx, info.compute_capability)?;
         let status = stream.clone_htod(&[u32::MAX; STATUS_WORDS])?;
         let mma = crate::mma::MmaState::new(&stream, &kernels, &info)?;
-        Ok(Self { ctx, stream, kernels, status, info, linear: Default::default(), mma })
+        let programmatic = crate::module::programmatic_launch(info.compute_capability);
+        Ok(Self {
+            ctx,
+            stream,
+            kernels,
+            status,
+            info,
+            linear: Default::default(),
+            mma,
+            programmatic,
+            weights_written: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether the GEMV and tensor-core GEMM kernels are launched as
+    /// programmatic dependents of the work before them on the stream. On
+    /// from sm_90 (off below, where the hardware lacks it): a kernel's launch
+    /// and prologue (decode table, first weight copies) then overlap the
+    /// previous kernel's tail, and the kernel waits for that kernel to
+    /// complete before it reads activations or writes anything. Results are
+    /// the same either way; CUDA-graph capture keeps the overlap.
+    ///
+    /// ```no_run
+    /// let mut ctx = kbit::Context::new(0)?;
+    /// let on = ctx.programmatic_launch();
+    /// ctx.set_programmatic_launch(false); // every launch waits for the one before
+    /// assert!(!ctx.programmatic_launch());
+    /// # let _ = on;
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
+    pub fn programmatic_launch(&self) -> bool {
+        self.programmatic
+    }
+
+    /// Turns programmatic launches on or off (see
+    /// [`Context::programmatic_launch`]); returns the setting in effect,
+    /// which stays off on GPUs before sm_90.
+    pub fn set_programmatic_launch(&mut self, on: bool) -> bool {
+        self.programmatic = on && crate::module::programmatic_launch(self.info.compute_capability);
+        self.programmatic
+    }
+
+    /// Whether the GEMV or GEMM launch being enqueued now, `grid` blocks of
+    /// which `per_sm` fit on one SM, is programmatic (clears the
+    /// weight-written mark).
+    ///
+    /// Its blocks are placed while the previous kernel still holds part of
+    /// the GPU, wherever there is room, so an SM can get more of them than
+    /// the `ceil(grid / SMs)` a launch onto an idle GPU gives it. That is
+    /// harmless where it cannot exceed that share (`per_sm` at most the
+    /// share) or where there are no more blocks than SMs (the idle SMs take
+    /// them first), and costly otherwise: Llama-3-8B gate/up at k = 2 in the
+    /// tensor-core kernel (224 blocks, 3 per SM fit) ran 32 % slower
+    /// programmatic (bench-results/NOTES.md). Those launches stay plain.
+    pub(crate) fn programmatic_now(&self, grid: u32, per_sm: u32) -> bool {
+        let written = self.weights_written.swap(false, Ordering::Relaxed);
+        let sms = self.info.sm_count.max(1);
+        let even = grid <= sms || per_sm <= grid.div_ceil(sms);
+        self.programmatic && !written && even
+    }
+
+    /// Marks that a weight was written on the stream (see `weights_written`).
+    pub(crate) fn weights_written(&self) {
+        self.weights_written.store(true, Ordering::Relaxed);
     }
 
     /// The device facts.

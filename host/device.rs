@@ -84,6 +84,7 @@ impl Context {
     /// Copies a runtime-layout weight to the device (asynchronously).
     pub fn upload(&self, w: &TiledWeight) -> Result<KbitWeight> {
         let s = self.stream();
+        self.weights_written();
         Ok(KbitWeight {
             shape: w.shape(),
             codebook: w.codebook().clone(),

@@ -123,6 +123,7 @@ impl Context {
         let packed: Vec<u32> = experts.iter().flat_map(|w| w.packed().iter().copied()).collect();
         let scales: Vec<u8> = experts.iter().flat_map(|w| w.scales().iter().copied()).collect();
         let s = self.stream();
+        self.weights_written();
         Ok(KbitExperts {
             num_experts: experts.len(),
             shape: first.shape(),

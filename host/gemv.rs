@@ -19,12 +19,13 @@
 //! bit for bit. Geometry, staging chunk and ring depth are planned here.
 
 use crate::device::dptr;
+use crate::launch::{self, args};
 use crate::module::names;
 use crate::weight::check_len;
 use crate::{Context, DeviceInfo, Dtype, Element, Error, KbitExperts, KbitWeight, Result, Shape};
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::sys::CUfunction_attribute as FnAttr;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, DevicePtr, DevicePtrMut, LaunchConfig};
 use kbit_format::gemv::{self as g, Geometry};
 use kbit_format::gemv_slots::{self as gs, Geometry as SlotGeometry};
 use std::collections::HashMap;
@@ -80,15 +81,14 @@ impl GemvKernels {
     }
 
     /// Resident blocks per SM of instance `i` for `plan` (at least 1).
-    fn resident_blocks(&self, i: usize, plan: &GemvPlan) -> Result<u32> {
-        let key = (i, plan.geometry.pack());
+    fn resident_blocks(&self, i: usize, geom: u32, threads: u32, smem_bytes: u32) -> Result<u32> {
+        let key = (i, geom);
         let mut cache = self.resident.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(&b) = cache.get(&key) {
             return Ok(b);
         }
-        let b = self.funcs[i]
-            .occupancy_max_active_blocks_per_multiprocessor(plan.geometry.threads(), plan.smem_bytes as usize, None)?
-            .max(1);
+        let b =
+            self.funcs[i].occupancy_max_active_blocks_per_multiprocessor(threads, smem_bytes as usize, None)?.max(1);
         cache.insert(key, b);
         Ok(b)
     }
@@ -112,12 +112,15 @@ impl GemvKernels {
         let (i, launch) = if slots {
             let i = slot(slots, grouped, m, bits, dtype);
             let p = SlotPlan::new(shape, bits, m, device.sm_count, units, self.max_threads[i]);
+            let (geom, threads) = (p.geometry.pack(), p.geometry.threads());
+            let resident = self.resident_blocks(i, geom, threads, p.smem_bytes)?;
             let launch = GemvLaunch {
-                geom: p.geometry.pack(),
-                threads: p.geometry.threads(),
+                geom,
+                threads,
                 smem_bytes: p.smem_bytes,
                 col_blocks: p.col_blocks,
                 grid: p.col_blocks,
+                resident,
             };
             (i, launch)
         } else {
@@ -138,21 +141,17 @@ impl GemvKernels {
                     (i, GemvPlan::new(shape, bits, m, self.max_threads[i], device, units, false)?)
                 }
             };
+            let (geom, threads) = (p.geometry.pack(), p.geometry.threads());
+            let resident = self.resident_blocks(i, geom, threads, p.smem_bytes)?;
             let grid = if grouped {
                 p.col_blocks
             } else {
                 // One round of resident blocks; a block's teams take column
                 // blocks `b, b + grid, …` between them.
-                let resident = self.resident_blocks(i, &p)?;
                 p.col_blocks.div_ceil(p.geometry.teams()).min(resident.saturating_mul(device.sm_count).max(1))
             };
-            let launch = GemvLaunch {
-                geom: p.geometry.pack(),
-                threads: p.geometry.threads(),
-                smem_bytes: p.smem_bytes,
-                col_blocks: p.col_blocks,
-                grid,
-            };
+            let launch =
+                GemvLaunch { geom, threads, smem_bytes: p.smem_bytes, col_blocks: p.col_blocks, grid, resident };
             (i, launch)
         };
         if launch.smem_bytes as usize > device.max_smem_per_block {
@@ -177,6 +176,8 @@ struct GemvLaunch {
     col_blocks: u32,
     /// Blocks of a dense launch (grouped: per activation row).
     grid: u32,
+    /// Blocks of this instance and geometry that fit on one SM.
+    resident: u32,
 }
 
 /// Launch plan of the column-slot variant (`kbit_format::gemv_slots`).
@@ -413,10 +414,8 @@ impl Context {
             block_dim: (launch.threads, 1, 1),
             shared_mem_bytes: launch.smem_bytes,
         };
-        unsafe {
-            s.launch_builder(f).arg(&pp).arg(&sp).arg(&cp).arg(&xp).arg(&yp).arg(&n).arg(&k).arg(&geom).launch(cfg)
-        }?;
-        Ok(())
+        let programmatic = self.programmatic_now(launch.grid, launch.resident);
+        unsafe { launch::launch(s, f, cfg, programmatic, &mut args![pp, sp, cp, xp, yp, n, k, geom]) }
     }
 
     /// Grouped scalar GEMV over MoE experts (kernel 4), all experts in one
@@ -506,23 +505,9 @@ impl Context {
             block_dim: (launch.threads, 1, 1),
             shared_mem_bytes: launch.smem_bytes,
         };
-        unsafe {
-            s.launch_builder(f)
-                .arg(&pp)
-                .arg(&sp)
-                .arg(&cp)
-                .arg(&xp)
-                .arg(&yp)
-                .arg(&op)
-                .arg(&ne)
-                .arg(&rows)
-                .arg(&n)
-                .arg(&k)
-                .arg(&geom)
-                .arg(&cbs)
-                .launch(cfg)
-        }?;
-        Ok(())
+        let mut a = args![pp, sp, cp, xp, yp, op, ne, rows, n, k, geom, cbs];
+        let programmatic = self.programmatic_now(blocks as u32, launch.resident);
+        unsafe { launch::launch(s, f, cfg, programmatic, &mut a) }
     }
 }
 

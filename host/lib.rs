@@ -49,6 +49,7 @@ mod dtype;
 mod error;
 mod experts;
 mod gemv;
+mod launch;
 mod linear;
 mod mma;
 pub mod module;

@@ -16,12 +16,13 @@
 //! result is bit-identical from call to call), one rounding to T at the end.
 
 use crate::device::dptr;
+use crate::launch::{self, args};
 use crate::module::{MMA_M_BLOCKS, MMA_STREAM, MMA_TILE_N, mma_slot, names};
 use crate::splitk::{self, Limits, Plan, Splits, TileConfig};
 use crate::weight::check_len;
 use crate::{Context, DeviceInfo, Dtype, Element, Error, KbitWeight, Result};
 use cudarc::driver::sys::CUfunction_attribute as FnAttr;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kbit_format::mma as geo;
 use std::sync::Arc;
 
@@ -215,27 +216,28 @@ impl Context {
             shared_mem_bytes: plan.smem_bytes,
         };
         let (mu, nu, ku) = (plan.m, plan.n, plan.k);
-        unsafe {
-            s.launch_builder(f)
-                .arg(&xp)
-                .arg(&pp)
-                .arg(&sp)
-                .arg(&cp)
-                .arg(&yp)
-                .arg(&wsp)
-                .arg(&ctp)
-                .arg(&mu)
-                .arg(&nu)
-                .arg(&ku)
-                .arg(&plan.k_tiles)
-                .arg(&plan.splits)
-                .arg(&plan.tiles_per_split)
-                .arg(&plan.items)
-                .arg(&plan.stages)
-                .arg(&plan.stage_tiles)
-                .arg(&pairs)
-                .launch(cfg)
-        }?;
+        let p = &plan;
+        let mut a = args![
+            xp,
+            pp,
+            sp,
+            cp,
+            yp,
+            wsp,
+            ctp,
+            mu,
+            nu,
+            ku,
+            p.k_tiles,
+            p.splits,
+            p.tiles_per_split,
+            p.items,
+            p.stages,
+            p.stage_tiles,
+            pairs
+        ];
+        let programmatic = self.programmatic_now(plan.grid, plan.tile.blocks_per_sm);
+        unsafe { launch::launch(s, f, cfg, programmatic, &mut a) }?;
         Ok(plan)
     }
 

@@ -9,6 +9,42 @@ use std::sync::Arc;
 /// nvptx64 backend, `.target sm_89`; the driver JIT-compiles it for newer GPUs).
 pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/kbit.ptx"));
 
+/// The marker comments `kernels-gpu` emits where a kernel waits for the
+/// grids it depends on and lets its dependents start (its `ptx` module), and
+/// the sm_90 instructions [`ptx_for`] puts in their place.
+pub const GRID_DEPENDENCY_MARKERS: [(&str, &str); 2] = [
+    ("// kbit:griddepcontrol.wait", "griddepcontrol.wait;"),
+    ("// kbit:griddepcontrol.launch_dependents", "griddepcontrol.launch_dependents;"),
+];
+
+/// Whether kernels on a device of compute capability `cc` can be launched
+/// as programmatic dependents (sm_90 and newer: the previous kernel's tail
+/// overlaps this one's prologue).
+pub fn programmatic_launch(cc: (i32, i32)) -> bool {
+    cc.0 >= 9
+}
+
+/// The PTX to load on a device of compute capability `cc`: [`PTX`] as built
+/// (`.target sm_89`) below sm_90; from sm_90 on, the same code with
+/// `.target sm_90` and the grid-dependency markers turned into
+/// `griddepcontrol` instructions, so that programmatic launches are safe.
+///
+/// ```
+/// let ptx = kbit::module::ptx_for((9, 0));
+/// assert!(ptx.contains(".target sm_90") && ptx.contains("griddepcontrol.wait;"));
+/// assert!(!kbit::module::ptx_for((8, 9)).contains("griddepcontrol.wait;"));
+/// ```
+pub fn ptx_for(cc: (i32, i32)) -> std::borrow::Cow<'static, str> {
+    if !programmatic_launch(cc) {
+        return PTX.into();
+    }
+    let mut s = PTX.replacen(".target sm_89", ".target sm_90", 1);
+    for (marker, insn) in GRID_DEPENDENCY_MARKERS {
+        s = s.replace(marker, insn);
+    }
+    s.into()
+}
+
 /// Bit widths, in table order.
 pub(crate) const BITS: [u32; 4] = [2, 3, 4, 5];
 /// Dtypes, in table order ([`Dtype::slot`]).
@@ -192,8 +228,8 @@ fn bits_slot(bits: u32) -> usize {
 }
 
 impl Kernels {
-    pub fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
-        let module = ctx.load_module(Ptx::from_src(PTX))?;
+    pub fn load(ctx: &Arc<CudaContext>, cc: (i32, i32)) -> Result<Self> {
+        let module = ctx.load_module(Ptx::from_src(ptx_for(cc)))?;
         let get = |name: String| module.load_function(&name).map_err(|_| Error::MissingKernel(name));
         let mut quantize = Vec::new();
         let mut repack = Vec::new();

@@ -76,6 +76,7 @@ impl Context {
         unsafe {
             s.launch_builder(f).arg(&fp).arg(&fa).arg(&tp).arg(&ts).arg(&status).arg(&n).arg(&k).arg(&sat).launch(cfg)
         }?;
+        self.weights_written();
         Ok(out)
     }
 

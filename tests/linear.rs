@@ -342,3 +342,102 @@ fn kernel_names() {
     let e = Error::NotApplicable { kernel: Kernel::Mma, why: "M = 300 beyond 16".into() };
     assert_eq!(e.to_string(), "kernel mma not applicable: M = 300 beyond 16");
 }
+
+/// Programmatic launches (sm_90: a GEMV or GEMM kernel starts while the
+/// kernel before it is still running, and waits for it before it touches
+/// activations) keep every dependency of a chain of layers. Layer i reads
+/// buffer i % 2 and writes buffer (i + 1) % 2: it reads what layer i − 1
+/// just wrote, and overwrites what layer i − 1 read. GEMV and tensor-core
+/// kernels alternate at M = 1 and 4 (forced), M = 12 takes the automatic
+/// (split-K) plan, and layer 3 reads a weight repacked on the stream right
+/// before it. The chain launched serially is checked against the reference
+/// layer by layer; launched programmatically, eagerly and replayed from a
+/// CUDA graph, it must give the same bits.
+#[test]
+fn programmatic_launches_keep_every_dependency() {
+    let test = "programmatic_launches_keep_every_dependency";
+    let _serial = serial();
+    let Some(mut ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    let (d, layers, repacked) = (1024, 6, 3);
+    let shape = Shape::new(d, d).unwrap();
+    let cb = Codebook::nf(4).unwrap();
+    // Weights of scale 1/√K keep activations near unit scale along the chain.
+    let flats: Vec<_> = (0..layers)
+        .map(|_| {
+            let w: Vec<f32> = common::gaussian(&mut rng, d * d, 1.0 / (d as f32).sqrt());
+            ctx.quantize(&ctx.stream().clone_htod(&w).unwrap(), shape, &cb).unwrap()
+        })
+        .collect();
+    let ws: Vec<KbitWeight> = flats.iter().map(|f| ctx.repack(f, ScaleMode::Strict).unwrap()).collect();
+    let want_ws: Vec<Vec<f32>> =
+        ws.iter().map(|w| reference::dequantize_tiled::<f32>(&ctx.download(w).unwrap())).collect();
+    let s = ctx.stream().clone();
+
+    for (m, kinds) in [
+        (1, [Some(Kernel::Scalar), Some(Kernel::Mma)]),
+        (4, [Some(Kernel::Scalar), Some(Kernel::Mma)]),
+        (12, [None, None]),
+    ] {
+        let x: Vec<f16> = common::gaussian(&mut rng, m * d, 1.0);
+        // Runs the chain from fresh, poisoned buffers and returns the last
+        // output; `check` compares every layer with the reference (and
+        // synchronizes after each), `repack` takes layer 3's weight from a
+        // repack enqueued right before it.
+        let chain = |ctx: &Context, bufs: &mut [CudaSlice<f16>; 2], check: bool, repack: bool| {
+            s.memcpy_htod(&x, &mut bufs[0]).unwrap();
+            s.memcpy_htod(&vec![f16::NAN; m * d], &mut bufs[1]).unwrap();
+            for (i, w) in ws.iter().enumerate() {
+                ctx.force_kernel(kinds[i % 2]).unwrap();
+                let fresh = (repack && i == repacked).then(|| ctx.repack(&flats[i], ScaleMode::Strict).unwrap());
+                let w = fresh.as_ref().unwrap_or(w);
+                let [a, b] = bufs;
+                let (input, output) = if i % 2 == 0 { (&*a, b) } else { (&*b, a) };
+                let kernel = ctx.linear(input, m, w, output).unwrap();
+                if check {
+                    let xin: Vec<f16> = s.clone_dtoh(input).unwrap();
+                    let got: Vec<f32> = s.clone_dtoh(&*output).unwrap().iter().map(|v| v.to_f32()).collect();
+                    let want = reference::matmul_f64(&xin, m, &want_ws[i], shape).unwrap();
+                    let rms = (want.iter().map(|v| v * v).sum::<f64>() / want.len() as f64).sqrt();
+                    let (rel, worst) = common::errors(&got, &want, rms);
+                    assert!(rel <= 1e-3 && worst <= 4e-3, "M={m} layer {i} via {kernel}: {rel:.2e} {worst:.2e}");
+                }
+            }
+            ctx.force_kernel(None).unwrap();
+            ctx.synchronize().unwrap();
+            s.clone_dtoh(&bufs[layers % 2]).unwrap()
+        };
+        let mut bufs = [s.alloc_zeros::<f16>(m * d).unwrap(), s.alloc_zeros::<f16>(m * d).unwrap()];
+
+        ctx.set_programmatic_launch(false);
+        let want = chain(&ctx, &mut bufs, true, true);
+        let programmatic = ctx.set_programmatic_launch(true);
+        eprintln!("{test}: M={m}: programmatic launches {}", if programmatic { "on" } else { "unavailable" });
+        for round in 0..3 {
+            let got = chain(&ctx, &mut bufs, false, true);
+            common::assert_bits_eq(&got, &want, &format!("M={m} eager round {round}"));
+        }
+
+        // The same chain (without the repack, which allocates) captured once
+        // and replayed; the first layer's input is set outside the graph.
+        let mode = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        let flags = cudarc::driver::sys::CUgraphInstantiate_flags(0);
+        s.begin_capture(mode).unwrap();
+        for (i, w) in ws.iter().enumerate() {
+            ctx.force_kernel(kinds[i % 2]).unwrap();
+            let [a, b] = &mut bufs;
+            let (input, output) = if i % 2 == 0 { (&*a, b) } else { (&*b, a) };
+            ctx.linear(input, m, w, output).unwrap();
+        }
+        ctx.force_kernel(None).unwrap();
+        let graph = s.end_capture(flags).unwrap().expect("a captured graph");
+        for round in 0..3 {
+            s.memcpy_htod(&x, &mut bufs[0]).unwrap();
+            s.memcpy_htod(&vec![f16::NAN; m * d], &mut bufs[1]).unwrap();
+            graph.launch().unwrap();
+            ctx.synchronize().unwrap();
+            let got = s.clone_dtoh(&bufs[layers % 2]).unwrap();
+            common::assert_bits_eq(&got, &want, &format!("M={m} graph replay {round}"));
+        }
+    }
+}

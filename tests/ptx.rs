@@ -82,6 +82,31 @@ fn ptx_has_every_kernel_and_no_panic_path() {
     assert!(ptx.contains(".target sm_89"));
 }
 
+/// Every GEMV and tensor-core GEMM entry (the kernels launched as
+/// programmatic dependents) waits for its producers and lets its dependents
+/// start; the sm_90 module has the instructions in place of every marker.
+#[test]
+fn programmatic_kernels_wait_for_their_producers() {
+    let ptx = kbit::module::PTX;
+    let [(wait, wait_insn), (dependents, dependents_insn)] = kbit::module::GRID_DEPENDENCY_MARKERS;
+    let mut checked = 0;
+    for body in ptx.split(".entry ").skip(1) {
+        let name = &body[..body.find('(').unwrap()];
+        let programmatic = name.contains("gemv") || name.starts_with("kbit_mma_");
+        // A body ends where the next entry begins; markers only occur inside kernels.
+        assert_eq!(body.contains(wait), programmatic, "{name}: grid-dependency wait");
+        assert_eq!(body.contains(dependents), programmatic, "{name}: launch of dependents");
+        checked += programmatic as usize;
+    }
+    assert!(checked > 200, "only {checked} programmatic kernels found");
+    let sm90 = kbit::module::ptx_for((9, 0));
+    assert!(sm90.contains(".target sm_90") && !sm90.contains(".target sm_89"));
+    assert_eq!(sm90.matches(wait_insn).count(), ptx.matches(wait).count());
+    assert_eq!(sm90.matches(dependents_insn).count(), ptx.matches(dependents).count());
+    assert!(!sm90.contains("// kbit:"));
+    assert_eq!(kbit::module::ptx_for((8, 9)), ptx);
+}
+
 #[test]
 fn ptxas_sm89_sm90_no_spills_no_stack() {
     let Some(ptxas) = ptxas() else {
@@ -95,12 +120,14 @@ fn ptxas_sm89_sm90_no_spills_no_stack() {
     };
     let dir = std::env::temp_dir().join(format!("kbit-ptx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("kbit.ptx");
-    std::fs::write(&src, kbit::module::PTX).unwrap();
     let expected = kbit::module::names::all();
     let mut table: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     let mut bad = Vec::new();
     for arch in ARCHS {
+        // Each architecture gets the module the host loads on it.
+        let src = dir.join(format!("{arch}.ptx"));
+        let cc = if arch == "sm_89" { (8, 9) } else { (9, 0) };
+        std::fs::write(&src, kbit::module::ptx_for(cc).as_bytes()).unwrap();
         let out = Command::new(&ptxas)
             .args(["-v", "--warn-on-spills", "-arch", arch, "-o"])
             .arg(dir.join(format!("{arch}.cubin")))

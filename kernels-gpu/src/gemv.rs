@@ -554,6 +554,9 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32>
         copy_next();
         j += 1;
     }
+    // Weights and codebook are never written by the kernels this launch may
+    // overlap; activations and outputs are touched only from here on.
+    ptx::after_producers();
     // The table and the first chunk of activations load side by side; the
     // barrier publishes both.
     unsafe {
@@ -627,7 +630,7 @@ pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>, const H:
 ) {
     let col_blocks = n_dim.div_ceil(g::BLOCK_COLS);
     let (b, grid) = (ptx::bid(), ptx::grid_dim());
-    let Some(step) = NonZeroU32::new(grid.wrapping_mul(H)) else { return };
+    let Some(step) = NonZeroU32::new(grid.wrapping_mul(H)) else { return ptx::after_producers() };
     let items = |h: u32| {
         let v = b + h * grid;
         let count = if v < col_blocks { (col_blocks - v + step.get() - 1) / step } else { 0 };
@@ -684,6 +687,9 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     geom: u32,
     col_blocks: u32,
 ) {
+    // The expert offsets come from earlier kernels (the router): nothing is
+    // read before the wait here (the body's second wait returns at once).
+    ptx::after_producers();
     let Some(col_blocks) = NonZeroU32::new(col_blocks) else { return };
     let b = ptx::bid();
     let row = b / col_blocks;

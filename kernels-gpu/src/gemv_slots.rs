@@ -348,6 +348,9 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     let (mut ta, mut tb, mut tc) = (Tile::<K>::ZERO, Tile::<K>::ZERO, Tile::<K>::ZERO);
     fetch(0, &mut ta);
     fetch(1, &mut tb);
+    // Weights and codebook are never written by the kernels this launch may
+    // overlap; activations and outputs are touched only from here on.
+    ptx::after_producers();
     unsafe {
         stage_x::<M, T, true>(x, k_dim, rows, 0, geo.chunk() << geo.log_slots, xs, || build_table::<K>(cb, base));
     }
@@ -506,6 +509,9 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     geom: u32,
     col_blocks: u32,
 ) {
+    // The expert offsets come from earlier kernels (the router): nothing is
+    // read before the wait here (the body's second wait returns at once).
+    ptx::after_producers();
     let Some(col_blocks) = NonZeroU32::new(col_blocks) else { return };
     let b = ptx::bid();
     let row = b / col_blocks;

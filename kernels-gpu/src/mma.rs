@@ -311,10 +311,12 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
     let st_end = st0 + a.stages * stb;
     let next = |b: u32| if b + stb == st_end { st0 } else { b + stb };
 
-    let Some(splits) = NonZeroU32::new(a.splits) else { return };
+    let Some(splits) = NonZeroU32::new(a.splits) else { return ptx::after_producers() };
     // Divisors of the stream-K piece arithmetic (unused otherwise).
     let (k_tiles_nz, tps_nz) = if STREAM {
-        let (Some(kt), Some(p)) = (NonZeroU32::new(a.k_tiles), NonZeroU32::new(a.tiles_per_split)) else { return };
+        let (Some(kt), Some(p)) = (NonZeroU32::new(a.k_tiles), NonZeroU32::new(a.tiles_per_split)) else {
+            return ptx::after_producers();
+        };
         (kt, p)
     } else {
         (NonZeroU32::MIN, NonZeroU32::MIN)
@@ -338,6 +340,9 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
     if table_first(K, MB) {
         unsafe { fragment::store_table::<K, MB, T>(tbl, &table, tid) };
     }
+    // The codebook is never written by the kernels this launch may overlap;
+    // activations, outputs, workspace and counters come after the wait.
+    ptx::after_producers();
     let mut ld = Cursor::first(ptx::bid(), &s);
     let mut cs = ld;
     let (mut buf_w, mut buf_r) = (st0, st0);

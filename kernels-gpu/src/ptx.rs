@@ -80,6 +80,43 @@ pub fn bar_sync_named(id: u32, threads: u32) {
     unsafe { asm!("bar.sync {id}, {n};", id = in(reg32) id, n = in(reg32) threads) }
 }
 
+/// Programmatic dependent launch, consumer side (`griddepcontrol.wait`,
+/// sm_90): blocks until every grid this one depends on has completed and its
+/// memory is visible. Code before it may only read data no earlier kernel
+/// writes (weights, codebooks); activations, outputs, workspaces and
+/// counters come after it, on every path of every block (a kernel that
+/// exits without waiting could complete before its own producers, and a
+/// later kernel that waits only on it would then race them).
+///
+/// The module is built for sm_89, which has no such instruction, so this
+/// emits a marker comment; the host rewrites the markers into the
+/// instructions when it loads the module for sm_90 or newer
+/// (`kbit::module::ptx_for`). On sm_89 launches are never programmatic and
+/// the comment is all there is.
+#[inline(always)]
+pub fn grid_dependency_wait() {
+    unsafe { asm!("// kbit:griddepcontrol.wait") }
+}
+
+/// Programmatic dependent launch, producer side
+/// (`griddepcontrol.launch_dependents`, sm_90): the next programmatic launch
+/// on the stream may start its blocks (which run up to their own
+/// [`grid_dependency_wait`]). Issued right after this kernel's own wait, so a
+/// kernel two launches later never starts before this one's producers have
+/// completed. A marker comment, as [`grid_dependency_wait`].
+#[inline(always)]
+pub fn launch_dependents() {
+    unsafe { asm!("// kbit:griddepcontrol.launch_dependents") }
+}
+
+/// [`grid_dependency_wait`], then [`launch_dependents`]: the point after
+/// which a kernel may touch data that earlier kernels produce or consume.
+#[inline(always)]
+pub fn after_producers() {
+    grid_dependency_wait();
+    launch_dependents();
+}
+
 /// `shfl.sync.bfly`: butterfly exchange for warp reductions. sm_30 (.sync: PTX 6.0).
 #[inline(always)]
 pub fn shfl_bfly(v: u32, mask: u32) -> u32 {

@@ -22,6 +22,9 @@ options:
   --kernels LIST    measure only these kbit kernels (scalar, mma, dequant_cublas,
                     grouped_scalar, grouped_mma); default all
   --quick           fewer repeats and shorter replays (rough numbers, ~4x faster)
+  --serial-launch   launch every kernel only after the previous one completed (by
+                    default, from sm_90, GEMV and GEMM kernels are programmatic
+                    dependents: their launch and prologue overlap the previous tail)
   --dequant         instead of the tables: dequantize bandwidth per k and shape
                     (design shapes + 8192x28672), and dequant + GEMM vs fp16 GEMM
   --dequant-m M     M of the GEMMs in --dequant mode (default 512)
@@ -91,6 +94,8 @@ pub struct Options {
     pub kernels: Vec<kbit::Kernel>,
     pub dtype: Dtype,
     pub quick: bool,
+    /// `--serial-launch`: no programmatic dependent launches.
+    pub serial_launch: bool,
     pub dequant: bool,
     pub dequant_m: usize,
     pub out: PathBuf,
@@ -108,6 +113,7 @@ impl Default for Options {
             kernels: kbit::Kernel::ALL.to_vec(),
             dtype: Dtype::F16,
             quick: false,
+            serial_launch: false,
             dequant: false,
             dequant_m: 512,
             out: PathBuf::from("bench-results"),
@@ -164,6 +170,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> 
         match flag.as_str() {
             "-h" | "--help" => o.help = true,
             "--quick" => o.quick = true,
+            "--serial-launch" => o.serial_launch = true,
             "--dequant" => o.dequant = true,
             "--m" => o.ms = parse_list("--m", &value(&mut it)?, 1, 1 << 20)?,
             "--k" => o.bits = parse_list("--k", &value(&mut it)?, 2, 5)?.into_iter().map(|b| b as u32).collect(),
@@ -226,11 +233,13 @@ mod tests {
 
     #[test]
     fn lists_ranges_and_shapes() {
-        let o = parse(args("--m 1-3,16,64 --k=4 --experts 10 --shapes llama70b,4096x11008 --only kv,moe_dn --quick"))
-            .unwrap();
+        let o = parse(args(
+            "--m 1-3,16,64 --k=4 --experts 10 --shapes llama70b,4096x11008 --only kv,moe_dn --quick --serial-launch",
+        ))
+        .unwrap();
         assert_eq!(o.ms, vec![1, 2, 3, 16, 64]);
         assert_eq!(o.bits, vec![4]);
-        assert!(o.quick);
+        assert!(o.quick && o.serial_launch);
         let s = o.shapes();
         let names: Vec<&str> = s.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["kv", "moe_dn", "llama70b", "4096x11008"]);

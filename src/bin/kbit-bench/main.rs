@@ -37,7 +37,7 @@ fn main() {
         println!("{}", cli::USAGE);
         return;
     }
-    let ctx = match Context::new(0) {
+    let mut ctx = match Context::new(0) {
         Ok(ctx) => ctx,
         Err(Error::NoDevice(why)) => {
             println!("kbit-bench: no CUDA GPU found ({why}); nothing to measure");
@@ -48,6 +48,9 @@ fn main() {
             exit(1);
         }
     };
+    if opts.serial_launch {
+        ctx.set_programmatic_launch(false);
+    }
     if !unsafe { cudarc::cublas::sys::is_culib_present() } {
         eprintln!("kbit-bench: cuBLAS (libcublas.so) not found on the library path; it is needed for the baseline");
         exit(1);
@@ -142,10 +145,18 @@ fn run<T: Element>(ctx: &Context, opts: &Options) -> kbit::Result<()> {
          and one strided-batched GEMM. Weights: random (σ = {WEIGHT_SIGMA}), NF-k codebook, quantized and \
          repacked on the GPU. Order: all weights are prepared first, then the tables are measured M by M \
          (all shapes and kernels of one M back to back), so small-M rows never follow large-M GEMMs, which \
-         heat the GPU and lower its clock. GB/s = compressed weight bytes / time (dequantize rows: \
-         compressed bytes read + 2-byte elements written).",
+         heat the GPU and lower its clock. Launches: {}. GB/s = compressed weight bytes / time (dequantize \
+         rows: compressed bytes read + 2-byte elements written).",
         settings.describe(),
-        T::DTYPE.name()
+        T::DTYPE.name(),
+        if ctx.programmatic_launch() {
+            "GEMV and tensor-core GEMM kernels as programmatic dependents where their blocks cannot crowd \
+             onto fewer SMs than on an idle GPU (a call's launch and prologue, i.e. decode-table build and, \
+             for the GEMV, its first weight loads, overlap the previous call's tail; it waits for that call \
+             before it reads activations), every other kernel after the previous one completed"
+        } else {
+            "every kernel after the previous one completed (no programmatic dependent launch)"
+        }
     );
     let list = |v: &[String]| v.join(",");
     let ks: Vec<String> = opts.bits.iter().map(|b| b.to_string()).collect();
@@ -214,6 +225,7 @@ fn run<T: Element>(ctx: &Context, opts: &Options) -> kbit::Result<()> {
         ("mode", Json::str(if opts.dequant { "dequant" } else { "tables" })),
         ("dtype", Json::str(T::DTYPE.name())),
         ("quick", Json::Bool(opts.quick)),
+        ("programmatic_launch", Json::Bool(ctx.programmatic_launch())),
         ("ms", Json::Arr(opts.ms.iter().map(|&m| Json::Int(m as i64)).collect())),
         ("ks", Json::Arr(opts.bits.iter().map(|&b| Json::Int(b as i64)).collect())),
         ("experts", Json::Int(opts.experts as i64)),

@@ -1,0 +1,61 @@
+//! Kernel launches, plain or as programmatic dependents.
+//!
+//! A programmatic dependent launch (sm_90) lets a kernel's blocks start
+//! while the previous kernel on the stream is still running: its prologue
+//! (launch, decode-table build, the first weight copies) overlaps the
+//! other's tail, and its `griddepcontrol.wait` holds it back before it
+//! touches activations, outputs or workspaces (`kernels-gpu/src/ptx.rs`,
+//! `after_producers`). Only the GEMV and tensor-core GEMM kernels wait like
+//! that; every other kernel is launched plainly.
+
+use crate::Result;
+use cudarc::driver::sys;
+use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig};
+use std::ffi::c_void;
+
+/// Pointers to a launch's argument values, in parameter order:
+/// `args![a, b, c]` for locals `a`, `b`, `c` that outlive the launch.
+macro_rules! args {
+    ($($a:expr),* $(,)?) => {
+        [$(std::ptr::from_ref(&$a).cast_mut().cast::<std::ffi::c_void>()),*]
+    };
+}
+pub(crate) use args;
+
+/// Enqueues `f` on `stream`; with `programmatic`, as a programmatic
+/// dependent of the work before it (the caller checked that the device has
+/// sm_90 and that `f` reads nothing before its grid-dependency wait that the
+/// previous kernel may write).
+///
+/// # Safety
+/// `args` points at values of exactly `f`'s parameter types, in order, and
+/// the kernel's accesses through them stay inside their buffers.
+pub(crate) unsafe fn launch(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    cfg: LaunchConfig,
+    programmatic: bool,
+    args: &mut [*mut c_void],
+) -> Result<()> {
+    stream.context().bind_to_thread()?;
+    let mut attr = sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        value: unsafe { std::mem::zeroed() },
+    };
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: cfg.grid_dim.0,
+        gridDimY: cfg.grid_dim.1,
+        gridDimZ: cfg.grid_dim.2,
+        blockDimX: cfg.block_dim.0,
+        blockDimY: cfg.block_dim.1,
+        blockDimZ: cfg.block_dim.2,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        hStream: stream.cu_stream(),
+        attrs: &mut attr,
+        numAttrs: programmatic as u32,
+    };
+    unsafe { sys::cuLaunchKernelEx(&config, f.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }.result()?;
+    Ok(())
+}
