@@ -379,13 +379,15 @@ fn programmatic_launches_keep_every_dependency() {
         (4, [Some(Kernel::Scalar), Some(Kernel::Mma)]),
         (12, [None, None]),
     ] {
-        let x: Vec<f16> = common::gaussian(&mut rng, m * d, 1.0);
-        // Runs the chain from fresh, poisoned buffers and returns the last
-        // output; `check` compares every layer with the reference (and
-        // synchronizes after each), `repack` takes layer 3's weight from a
-        // repack enqueued right before it.
-        let chain = |ctx: &Context, bufs: &mut [CudaSlice<f16>; 2], check: bool, repack: bool| {
-            s.memcpy_htod(&x, &mut bufs[0]).unwrap();
+        // Two inputs, used in turn, so that a layer reading a buffer too
+        // early would see the other input's values.
+        let xs: [Vec<f16>; 2] = [common::gaussian(&mut rng, m * d, 1.0), common::gaussian(&mut rng, m * d, 1.0)];
+        // Runs the chain on input `x` from fresh, poisoned buffers and
+        // returns the last output; `check` compares every layer with the
+        // reference (and synchronizes after each), `repack` takes layer 3's
+        // weight from a repack enqueued right before it.
+        let chain = |ctx: &Context, bufs: &mut [CudaSlice<f16>; 2], x: &[f16], check: bool, repack: bool| {
+            s.memcpy_htod(x, &mut bufs[0]).unwrap();
             s.memcpy_htod(&vec![f16::NAN; m * d], &mut bufs[1]).unwrap();
             for (i, w) in ws.iter().enumerate() {
                 ctx.force_kernel(kinds[i % 2]).unwrap();
@@ -410,12 +412,12 @@ fn programmatic_launches_keep_every_dependency() {
         let mut bufs = [s.alloc_zeros::<f16>(m * d).unwrap(), s.alloc_zeros::<f16>(m * d).unwrap()];
 
         ctx.set_programmatic_launch(false);
-        let want = chain(&ctx, &mut bufs, true, true);
+        let want = [chain(&ctx, &mut bufs, &xs[0], true, true), chain(&ctx, &mut bufs, &xs[1], true, true)];
         let programmatic = ctx.set_programmatic_launch(true);
         eprintln!("{test}: M={m}: programmatic launches {}", if programmatic { "on" } else { "unavailable" });
-        for round in 0..3 {
-            let got = chain(&ctx, &mut bufs, false, true);
-            common::assert_bits_eq(&got, &want, &format!("M={m} eager round {round}"));
+        for round in 0..4 {
+            let got = chain(&ctx, &mut bufs, &xs[round % 2], false, true);
+            common::assert_bits_eq(&got, &want[round % 2], &format!("M={m} eager round {round}"));
         }
 
         // The same chain (without the repack, which allocates) captured once
@@ -431,13 +433,13 @@ fn programmatic_launches_keep_every_dependency() {
         }
         ctx.force_kernel(None).unwrap();
         let graph = s.end_capture(flags).unwrap().expect("a captured graph");
-        for round in 0..3 {
-            s.memcpy_htod(&x, &mut bufs[0]).unwrap();
+        for round in 0..4 {
+            s.memcpy_htod(&xs[round % 2], &mut bufs[0]).unwrap();
             s.memcpy_htod(&vec![f16::NAN; m * d], &mut bufs[1]).unwrap();
             graph.launch().unwrap();
             ctx.synchronize().unwrap();
             let got = s.clone_dtoh(&bufs[layers % 2]).unwrap();
-            common::assert_bits_eq(&got, &want, &format!("M={m} graph replay {round}"));
+            common::assert_bits_eq(&got, &want[round % 2], &format!("M={m} graph replay {round}"));
         }
     }
 }
