@@ -119,7 +119,7 @@ impl Context {
     /// Whether the GEMV and tensor-core GEMM kernels are launched as
     /// programmatic dependents of the work before them on the stream. On
     /// from sm_90 (off below, where the hardware lacks it): a kernel's launch
-    /// and prologue (decode table, first weight copies) then overlap the
+    /// and prologue (decode table; the GEMV's first weight copies) then overlap the
     /// previous kernel's tail, and the kernel waits for that kernel to
     /// complete before it reads activations or writes anything. Results are
     /// the same either way; CUDA-graph capture keeps the overlap.

@@ -23,9 +23,10 @@ macro_rules! args {
 pub(crate) use args;
 
 /// Enqueues `f` on `stream`; with `programmatic`, as a programmatic
-/// dependent of the work before it (the caller checked that the device has
-/// sm_90 and that `f` reads nothing before its grid-dependency wait that the
-/// previous kernel may write).
+/// dependent of the work before it (`cuLaunchKernelEx`; the caller checked
+/// that the device has sm_90 and that `f` reads nothing before its
+/// grid-dependency wait that the previous kernel may write), otherwise as a
+/// plain `cuLaunchKernel`.
 ///
 /// # Safety
 /// `args` points at values of exactly `f`'s parameter types, in order, and
@@ -38,6 +39,12 @@ pub(crate) unsafe fn launch(
     args: &mut [*mut c_void],
 ) -> Result<()> {
     stream.context().bind_to_thread()?;
+    if !programmatic {
+        let (grid, block) = (cfg.grid_dim, cfg.block_dim);
+        let (smem, cu) = (cfg.shared_mem_bytes, stream.cu_stream());
+        unsafe { cudarc::driver::result::launch_kernel(f.cu_function(), grid, block, smem, cu, args) }?;
+        return Ok(());
+    }
     let mut attr = sys::CUlaunchAttribute {
         id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
         pad: [0; 4],
@@ -54,7 +61,7 @@ pub(crate) unsafe fn launch(
         sharedMemBytes: cfg.shared_mem_bytes,
         hStream: stream.cu_stream(),
         attrs: &mut attr,
-        numAttrs: programmatic as u32,
+        numAttrs: 1,
     };
     unsafe { sys::cuLaunchKernelEx(&config, f.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }.result()?;
     Ok(())
