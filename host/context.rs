@@ -26,6 +26,9 @@ pub struct DeviceInfo {
     pub total_mem: usize,
 }
 
+/// Shared memory the hardware sets aside per resident block (sm_80 on).
+pub(crate) const SMEM_RESERVED_PER_BLOCK: usize = 1024;
+
 /// Status words the kernels report data errors through (first offending
 /// block, `u32::MAX` = none), read back by [`Context::synchronize`].
 pub(crate) const STATUS_NONFINITE: usize = 0;
@@ -144,23 +147,38 @@ impl Context {
         self.programmatic
     }
 
-    /// Whether the GEMV or GEMM launch being enqueued now, `grid` blocks of
-    /// which `per_sm` fit on one SM, is programmatic (clears the
-    /// weight-written mark).
+    /// Whether the GEMV or GEMM launch `cfg` being enqueued now, of which
+    /// `per_sm` blocks fit on one SM, is programmatic (clears the
+    /// weight-written mark); may raise its dynamic shared memory.
     ///
-    /// Its blocks are placed while the previous kernel still holds part of
-    /// the GPU, wherever there is room, so an SM can get more of them than
-    /// the `ceil(grid / SMs)` a launch onto an idle GPU gives it. That is
-    /// harmless where it cannot exceed that share (`per_sm` at most the
-    /// share) or where there are no more blocks than SMs (the idle SMs take
-    /// them first), and costly otherwise: Llama-3-8B gate/up at k = 2 in the
-    /// tensor-core kernel (224 blocks, 3 per SM fit) ran 32 % slower
-    /// programmatic (bench-results/NOTES.md). Those launches stay plain.
-    pub(crate) fn programmatic_now(&self, grid: u32, per_sm: u32) -> bool {
+    /// A programmatic launch's blocks are placed while the previous kernel
+    /// still holds part of the GPU, wherever there is room, so an SM could
+    /// get more of them than the `ceil(grid / SMs)` a launch onto an idle
+    /// GPU gives it: Llama-3-8B gate/up at k = 2 in the tensor-core kernel
+    /// (224 blocks, 3 per SM fit) ran 32 % slower that way
+    /// (bench-results/NOTES.md). Where that could happen (more blocks than
+    /// SMs, more resident per SM than the share), the launch asks for
+    /// enough shared memory that no more than the share fit (the kernels
+    /// take their layout from their arguments, never from the size); where
+    /// that is more than a block may have, it stays plain.
+    pub(crate) fn programmatic_now(&self, cfg: &mut LaunchConfig, per_sm: u32) -> bool {
         let written = self.weights_written.swap(false, Ordering::Relaxed);
-        let sms = self.info.sm_count.max(1);
-        let even = grid <= sms || per_sm <= grid.div_ceil(sms);
-        self.programmatic && !written && even
+        if !self.programmatic || written {
+            return false;
+        }
+        let (grid, sms) = (cfg.grid_dim.0, self.info.sm_count.max(1));
+        let share = grid.div_ceil(sms);
+        if grid <= sms || per_sm <= share {
+            return true;
+        }
+        // (share + 1)·(bytes + reserved) must exceed the SM's shared memory.
+        let bytes = (self.info.max_smem_per_sm / (share as usize + 1) + 1).saturating_sub(SMEM_RESERVED_PER_BLOCK);
+        let bytes = bytes.next_multiple_of(128).max(cfg.shared_mem_bytes as usize);
+        if bytes > self.info.max_smem_per_block {
+            return false;
+        }
+        cfg.shared_mem_bytes = bytes as u32;
+        true
     }
 
     /// Marks that a weight was written on the stream (see `weights_written`).

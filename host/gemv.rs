@@ -409,12 +409,12 @@ impl Context {
         let (yp, _guard) = y.device_ptr_mut(s);
         let (pp, sp, cp) = (dptr(&w.packed, self), dptr(&w.scales, self), dptr(&w.cb, self));
         let (n, k, geom) = (shape.n as u32, shape.k as u32, launch.geom);
-        let cfg = LaunchConfig {
+        let mut cfg = LaunchConfig {
             grid_dim: (launch.grid, 1, 1),
             block_dim: (launch.threads, 1, 1),
             shared_mem_bytes: launch.smem_bytes,
         };
-        let programmatic = self.programmatic_now(launch.grid, launch.resident);
+        let programmatic = self.programmatic_now(&mut cfg, launch.resident);
         unsafe { launch::launch(s, f, cfg, programmatic, &mut args![pp, sp, cp, xp, yp, n, k, geom]) }
     }
 
@@ -500,13 +500,13 @@ impl Context {
         let (pp, sp, cp) = (dptr(&experts.packed, self), dptr(&experts.scales, self), dptr(&experts.cb, self));
         let (ne, rows, n, k) = (num_experts as u32, total_rows as u32, shape.n as u32, shape.k as u32);
         let (geom, cbs) = (launch.geom, launch.col_blocks);
-        let cfg = LaunchConfig {
+        let mut cfg = LaunchConfig {
             grid_dim: (blocks as u32, 1, 1),
             block_dim: (launch.threads, 1, 1),
             shared_mem_bytes: launch.smem_bytes,
         };
         let mut a = args![pp, sp, cp, xp, yp, op, ne, rows, n, k, geom, cbs];
-        let programmatic = self.programmatic_now(blocks as u32, launch.resident);
+        let programmatic = self.programmatic_now(&mut cfg, launch.resident);
         unsafe { launch::launch(s, f, cfg, programmatic, &mut a) }
     }
 }

@@ -32,7 +32,7 @@ pub const SPLITK_WORKSPACE_F32: usize = 1 << 22;
 /// Split-K arrival counters a context allocates.
 pub const SPLITK_COUNTERS: usize = 1 << 14;
 /// Shared memory the driver reserves per block on sm_80 and newer.
-const RESERVED_SMEM: usize = 1024;
+const RESERVED_SMEM: usize = crate::context::SMEM_RESERVED_PER_BLOCK;
 /// Most resident blocks per SM an instance is sized for (see
 /// [`splitk::slots_for`]: a third block only where it still gets a
 /// full-depth pipeline).
@@ -128,7 +128,12 @@ impl MmaState {
             if r >= blocks {
                 let lone_slots = pick(1).map_or(slots, |(lone, _)| lone.max(slots));
                 let smem = geo::smem_bytes(mb, tn / 32, bits, 1, lone_slots);
-                f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+                // Any size up to the device's limit: a programmatic launch
+                // may ask for more than it uses (Context::programmatic_now).
+                f.set_attribute(
+                    FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    info.max_smem_per_block as i32,
+                )?;
                 return Ok(Some(Instance {
                     tile_slots: slots,
                     blocks_per_sm: r.min(blocks),
@@ -210,7 +215,7 @@ impl Context {
         let (pp, sp, cp) = (dptr(&w.packed, self), dptr(&w.scales, self), dptr(&w.cb, self));
         let (wsp, ctp) = (dptr(&self.mma.workspace, self), dptr(&self.mma.counters, self));
         let pairs = (shape.n % 2 == 0 && yp % 4 == 0) as u32;
-        let cfg = LaunchConfig {
+        let mut cfg = LaunchConfig {
             grid_dim: (plan.grid, 1, 1),
             block_dim: (geo::THREADS, 1, 1),
             shared_mem_bytes: plan.smem_bytes,
@@ -236,7 +241,7 @@ impl Context {
             p.stage_tiles,
             pairs
         ];
-        let programmatic = self.programmatic_now(plan.grid, plan.tile.blocks_per_sm);
+        let programmatic = self.programmatic_now(&mut cfg, plan.tile.blocks_per_sm);
         unsafe { launch::launch(s, f, cfg, programmatic, &mut a) }?;
         Ok(plan)
     }
