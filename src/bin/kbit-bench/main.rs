@@ -150,10 +150,11 @@ fn run<T: Element>(ctx: &Context, opts: &Options) -> kbit::Result<()> {
         settings.describe(),
         T::DTYPE.name(),
         if ctx.programmatic_launch() {
-            "GEMV and tensor-core GEMM kernels as programmatic dependents where their blocks cannot crowd \
-             onto fewer SMs than on an idle GPU (a call's launch and prologue, i.e. decode-table build and, \
-             for the GEMV, its first weight loads, overlap the previous call's tail; it waits for that call \
-             before it reads activations), every other kernel after the previous one completed"
+            "GEMV and tensor-core GEMM kernels as programmatic dependents (a call's launch and prologue, \
+             i.e. decode-table build and, for the GEMV, its first weight loads, overlap the previous call's \
+             tail; it waits for that call before it reads activations; a launch whose blocks could crowd \
+             an SM asks for shared memory that caps them at the even share), every other kernel after the \
+             previous one completed"
         } else {
             "every kernel after the previous one completed (no programmatic dependent launch)"
         }
