@@ -15,6 +15,7 @@
 //! f32 on the tensor cores, split partials added in f32 in split order (the
 //! result is bit-identical from call to call), one rounding to T at the end.
 
+use crate::context::SMEM_RESERVED_PER_BLOCK;
 use crate::device::dptr;
 use crate::launch::{self, args};
 use crate::module::{MMA_M_BLOCKS, MMA_STREAM, MMA_TILE_N, mma_slot, names};
@@ -31,8 +32,6 @@ use std::sync::Arc;
 pub const SPLITK_WORKSPACE_F32: usize = 1 << 22;
 /// Split-K arrival counters a context allocates.
 pub const SPLITK_COUNTERS: usize = 1 << 14;
-/// Shared memory the driver reserves per block on sm_80 and newer.
-const RESERVED_SMEM: usize = crate::context::SMEM_RESERVED_PER_BLOCK;
 /// Most resident blocks per SM an instance is sized for (see
 /// [`splitk::slots_for`]: a third block only where it still gets a
 /// full-depth pipeline).
@@ -54,15 +53,12 @@ pub struct MmaOptions {
 /// How one kernel instance runs on this device.
 #[derive(Clone, Copy, Debug)]
 struct Instance {
-    /// K-tile slots of pipeline stages in `smem_bytes`.
+    /// K-tile slots of pipeline stages per block, `blocks_per_sm` resident.
     tile_slots: u32,
     blocks_per_sm: u32,
     /// K-tile slots of one block alone on an SM (its whole shared memory):
     /// what a launch whose grid gives no SM a second block uses.
     lone_slots: u32,
-    /// The dynamic shared memory the function is opted into (the most any
-    /// launch of it uses: `lone_slots`' worth).
-    smem_bytes: u32,
 }
 
 /// The context's tensor-core GEMM state: per-instance launch configuration
@@ -112,7 +108,15 @@ impl MmaState {
     /// if no block of it fits an SM.
     fn instance(f: &CudaFunction, bits: u32, mb: u32, tn: u32, info: &DeviceInfo) -> Result<Option<Instance>> {
         let pick = |max_blocks| {
-            splitk::slots_for(bits, mb, tn, info.max_smem_per_block, info.max_smem_per_sm, RESERVED_SMEM, max_blocks)
+            splitk::slots_for(
+                bits,
+                mb,
+                tn,
+                info.max_smem_per_block,
+                info.max_smem_per_sm,
+                SMEM_RESERVED_PER_BLOCK,
+                max_blocks,
+            )
         };
         let resident = |slots: u32| -> Result<u32> {
             let smem = geo::smem_bytes(mb, tn / 32, bits, 1, slots);
@@ -127,19 +131,13 @@ impl MmaState {
             let r = resident(slots)?;
             if r >= blocks {
                 let lone_slots = pick(1).map_or(slots, |(lone, _)| lone.max(slots));
-                let smem = geo::smem_bytes(mb, tn / 32, bits, 1, lone_slots);
                 // Any size up to the device's limit: a programmatic launch
                 // may ask for more than it uses (Context::programmatic_now).
                 f.set_attribute(
                     FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     info.max_smem_per_block as i32,
                 )?;
-                return Ok(Some(Instance {
-                    tile_slots: slots,
-                    blocks_per_sm: r.min(blocks),
-                    lone_slots,
-                    smem_bytes: smem,
-                }));
+                return Ok(Some(Instance { tile_slots: slots, blocks_per_sm: r.min(blocks), lone_slots }));
             }
         }
         Ok(None)
@@ -274,7 +272,6 @@ impl Context {
             let Some(inst) = self.mma.instances[slot] else { continue };
             let tile =
                 TileConfig { m_blocks: mb, tile_n: tn, tile_slots: inst.tile_slots, blocks_per_sm: inst.blocks_per_sm };
-            debug_assert_eq!(inst.smem_bytes, geo::smem_bytes(mb, tn / 32, bits, 1, inst.lone_slots));
             let auto = splitk::plan(m, shape.n, shape.k, bits, sms, tile, Splits::Auto, limits)?;
             let c = splitk::cost(auto.n_tiles, auto.k_tiles, auto.splits, sms, tile, bits) * tn as f64;
             // On a tie at one m block, the plan with more blocks: more warps
