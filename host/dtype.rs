@@ -37,7 +37,7 @@ mod sealed {
     impl Sealed for f32 {}
 }
 
-/// An element type kbit reads and writes: [`f16`], [`bf16`] or `f32`.
+/// An element type kbit reads and writes: [`struct@f16`], [`bf16`] or `f32`.
 ///
 /// Conversions from f32 round to nearest even, as the kernels do.
 ///

@@ -80,7 +80,9 @@ impl GemvKernels {
         Ok(Self { funcs, max_threads, resident: Mutex::new(HashMap::new()) })
     }
 
-    /// Resident blocks per SM of instance `i` for `plan` (at least 1).
+    /// Resident blocks per SM (at least 1) of instance `i` launched with
+    /// `threads` threads and `smem_bytes` of shared memory, cached by
+    /// `(i, geom)` (the packed geometry fixes both).
     fn resident_blocks(&self, i: usize, geom: u32, threads: u32, smem_bytes: u32) -> Result<u32> {
         let key = (i, geom);
         let mut cache = self.resident.lock().unwrap_or_else(|e| e.into_inner());

@@ -23,7 +23,7 @@
 //! backend to PTX embedded in this crate); the host side is a thin typed
 //! layer over `cudarc`. A [`Context`] owns the stream and the loaded
 //! kernels; every call is enqueued asynchronously, validates its arguments
-//! and returns [`Result`]. A CPU reference ([`reference`]) defines the
+//! and returns [`Result`]. A CPU reference ([`mod@reference`]) defines the
 //! numerics, and the tests compare every GPU path against it.
 //!
 //! ```

@@ -235,7 +235,7 @@ pub fn normalize_splits(k_tiles: u32, requested: u32) -> (u32, u32) {
 /// blocks, else `blocks_per_sm · ceil(items / (SMs · blocks_per_sm))` (two
 /// blocks of one SM may both hold the larger share); with split-K each item also pays its
 /// publication (partial tile stores, a GPU-scope fence, the arrival
-/// counter, two barriers: ≈ [`SPLIT_ITEM_COST`] tile loads, which favors
+/// counter, two barriers: ≈ `SPLIT_ITEM_COST` tile loads, which favors
 /// fewer, larger items), and every partial is read once more through L2
 /// (one slot ≈ `8·m_blocks / (6·bits)` tile loads at L2's ~6× per-SM
 /// bandwidth, i.e. `4·m_blocks / (3·bits)`), plus a fixed cost for the
