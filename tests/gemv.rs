@@ -220,6 +220,18 @@ fn model_slots<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
 // ---------------------------------------------------------------------------
 // CPU-only tests
 
+/// `prmt.b32 d, a, b, sel` (default mode): result byte `i` is byte
+/// `sel[i] & 7` of `b:a`, or its sign replicated when `sel[i] & 8`.
+fn prmt(a: u32, b: u32, sel: u32) -> u32 {
+    let bytes = (b as u64) << 32 | a as u64;
+    (0..4).fold(0, |d, i| {
+        let s = (sel >> (4 * i)) & 0xF;
+        let v = ((bytes >> (8 * (s & 7))) & 0xFF) as u32;
+        let v = if s & 8 != 0 { if v & 0x80 != 0 { 0xFF } else { 0 } } else { v };
+        d | v << (8 * i)
+    })
+}
+
 /// The plane reshuffles the kernels decode with give every element's index.
 #[test]
 fn decode_fields_reproduce_plane_indices() {
@@ -255,9 +267,42 @@ fn decode_fields_reproduce_plane_indices() {
                 let w = g::wide_words::<K>(&p);
                 for m in 0..4 {
                     for (c, &wc) in w.iter().enumerate() {
-                        let f = (wc >> (8 * m)) & 0xFF;
-                        assert!(f < 32, "k={K}: field {f:#x} past the table");
-                        assert_eq!(g::wide_index(f), planes::index(&p, 8 * m + c), "k={K} element {}", 8 * m + c);
+                        let at = (wc >> (8 * m)) & 0xFF;
+                        assert!(at % 4 == 0 && at < g::table_bytes(5, 1), "k={K}: offset {at:#x} off the table");
+                        let e = 8 * m + c;
+                        assert_eq!(g::wide_index(at / 4), planes::index(&p, e), "k={K} element {e}");
+                    }
+                }
+            }
+            // Table addresses (row layout, M = 1): every lookup's `prmt`
+            // lands on its field's entry in the thread's copy, inside the
+            // table. The field layout (M ≥ 2) puts field f at 128·f.
+            if K <= 4 {
+                let (rows, bits) = (g::rows(1), K as u32);
+                assert!(rows && !g::rows(2));
+                let t = rng.random_range(0..1024u32);
+                let copy = g::copy_byte(bits, rows, t);
+                let lane_at = copy & 0xFF;
+                assert!(lane_at + g::entry_bytes(bits) <= g::field_bytes(bits, rows), "k={K} copy {lane_at}");
+                let (fields, row, col) = if K == 2 {
+                    let a = g::quad_addresses::<K>(&p, copy);
+                    (g::quad_words::<K>(&p).to_vec(), a.row.to_vec(), a.col.to_vec())
+                } else {
+                    let a = g::pair_addresses::<K>(&p, copy);
+                    (g::pair_words::<K>(&p).to_vec(), a.row.to_vec(), a.col.to_vec())
+                };
+                for q in 0..fields.len() {
+                    for m in 0..4u32 {
+                        let f = (fields[q] >> (8 * m)) & 0xFF;
+                        let at = prmt(col[q], row[q], g::address_select(m));
+                        assert_eq!(
+                            at,
+                            g::field_offset(bits, rows, f) + lane_at,
+                            "k={K} word {q} byte {m} field {f:#x}"
+                        );
+                        assert!(at + g::entry_bytes(bits) <= g::table_bytes(bits, 1), "k={K}: {at} off the table");
+                        let old = g::field_offset(bits, false, f) + (g::copy_byte(bits, false, t) & 0xFF);
+                        assert!(old + g::entry_bytes(bits) <= g::table_bytes(bits, 2), "k={K}: {old} off the table");
                     }
                 }
             }

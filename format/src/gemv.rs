@@ -14,19 +14,38 @@
 //!   elements `8m, 8m+1, 8m+4, 8m+5`, of word 1 of `8m+2, 8m+3, 8m+6, 8m+7`
 //!   ([`quad_index`]). The table entry of a field is the four codebook
 //!   values, 16 bytes, so one 128-bit shared load dequantizes four elements.
-//!   The table has 256 fields × [`QUAD_REPLICAS`] copies: lane `l` reads copy
-//!   `l % 8`, which puts the 8 lanes of a quarter-warp in 8 different groups
-//!   of 4 banks, so a lookup never conflicts.
+//!   Each field has [`copies`] = 8 copies: lane `l` reads copy `l % 8`,
+//!   which puts the 8 lanes of a quarter-warp in 8 different groups of 4
+//!   banks, so a lookup never conflicts.
 //! - k = 3, 4 ([`pair_words`]): byte `m` of word `q` is the field of the
 //!   element pair `(8m + 2q, 8m + 2q + 1)`; bit `2j + t` of the field is
 //!   plane `j` of element `t` of the pair. The table entry of a field is the
 //!   two codebook values, 8 bytes ([`pair_index`] gives their indices), so
-//!   one 64-bit shared load dequantizes two elements. The table has
-//!   `4^k` fields × [`PAIR_REPLICAS`] copies: lane `l` reads copy `l % 16`,
-//!   which puts the 16 lanes of a half-warp in 16 different bank pairs.
-//! - k = 5 ([`wide_words`]): byte `m` of word `c` is the field of element
-//!   `8m + c`, with plane bits in the order 0, 2, 1, 3, 4 ([`wide_index`]);
-//!   the table holds the 32 codebook values (one per bank, conflict-free).
+//!   one 64-bit shared load dequantizes two elements. k = 4 keeps 16 copies
+//!   of each field (lane `l` reads copy `l % 16`: the 16 lanes of a
+//!   half-warp in 16 different bank pairs), k = 3 32 copies.
+//! - k = 5 ([`wide_words`]): byte `m` of word `c` is 4× the field of
+//!   element `8m + c`, with plane bits in the order 0, 2, 1, 3, 4
+//!   ([`wide_index`]), i.e. directly the byte offset of its entry in a
+//!   table of the 32 codebook values (one per bank, conflict-free).
+//!
+//! ## Table addresses (k ≤ 4, M = 1)
+//!
+//! The instances for one row ([`rows`]) use the *row layout*; the others
+//! keep the *field layout*, field `f` at `128·f`, and multiply the field
+//! byte by 128 for each lookup. In the row layout the table is made of
+//! 256-byte rows. A field `f` lives in row
+//! `f & 0x7f` (k = 2, 4: its 128 bytes of copies at `(f >> 7) · 128` in
+//! the row) or `f` (k = 3: its copies fill the row); see
+//! [`field_offset`]. A lookup address is therefore two bytes, the row and
+//! the offset in the row, and the kernels keep them in two words per field
+//! word ([`AddressWords`]): byte `m` of `row[q]` is the row of field `m` of
+//! word `q`, byte `m` of `col[q]` its offset in the row plus the lane's copy
+//! ([`copy_byte`]). One `prmt` with selector [`address_select`]`(m)`
+//! joins them into the address, so a lookup costs one permute and one
+//! shared load. [`pair_addresses`] and [`quad_addresses`] build the two
+//! words from the planes with no more shifts and masks than the fields
+//! themselves.
 //!
 //! # Work mapping
 //!
@@ -59,21 +78,81 @@ pub const MAX_STAGES: u32 = 8;
 /// Largest number of rows (M) the scalar GEMV kernels take.
 pub const MAX_M: usize = 4;
 
-/// Copies of the pair table (k = 3, 4), one per lane of a half-warp.
-pub const PAIR_REPLICAS: u32 = 16;
+/// Bytes of one table row (k ≤ 4) in the row layout: one field of k = 3,
+/// two of k = 2, 4.
+pub const ROW_BYTES: u32 = 256;
 
-/// Bytes of one pair-table entry (two f32 codebook values).
-pub const PAIR_ENTRY_BYTES: u32 = 8;
+/// Whether the instances for `m` rows look fields up through address words
+/// in the row layout (module docs, "Table addresses"): M = 1. The two extra
+/// words per field word cost registers, which at M ≥ 2 take several
+/// instances past 64 (half the resident warps); those extract each field
+/// byte and multiply it by 128 (the field layout), one instruction more
+/// per lookup.
+#[inline(always)]
+pub const fn rows(m: u32) -> bool {
+    m == 1
+}
 
-/// Copies of the quad table (k = 2), one per lane of a quarter-warp.
-pub const QUAD_REPLICAS: u32 = 8;
+/// Copies of each field of the decode table (k ≤ 4): 8 quads (k = 2),
+/// 16 pairs (k = 3, 4), or 32 pairs for k = 3 in the row layout (`rows`),
+/// so that a field's copies fill 128 bytes, or a row for k = 3.
+#[inline(always)]
+pub const fn copies(bits: u32, rows: bool) -> u32 {
+    match bits {
+        2 => 8,
+        3 if rows => 32,
+        _ => 16,
+    }
+}
 
-/// Bytes of one quad-table entry (four f32 codebook values).
-pub const QUAD_ENTRY_BYTES: u32 = 16;
+/// Bytes of one table entry: four f32 codebook values (k = 2), two (k =
+/// 3, 4), one (k = 5).
+#[inline(always)]
+pub const fn entry_bytes(bits: u32) -> u32 {
+    match bits {
+        2 => 16,
+        3 | 4 => 8,
+        _ => 4,
+    }
+}
 
-/// Bytes of one field of the decode table, all copies (k ≤ 4; both layouts
-/// give 128, one row of the 32 banks).
-pub const FIELD_BYTES: u32 = 128;
+/// Bytes of all copies of one field (k ≤ 4): 128, or 256 for k = 3 in the
+/// row layout.
+#[inline(always)]
+pub const fn field_bytes(bits: u32, rows: bool) -> u32 {
+    copies(bits, rows) * entry_bytes(bits)
+}
+
+/// Byte offset of field `f`'s first copy in the table (k ≤ 4): `128·f` in
+/// the field layout; in the row layout (module docs, "Table addresses") row
+/// `f` for k = 3, row `f & 0x7f` and half `f >> 7` for k = 2, 4.
+#[inline(always)]
+pub const fn field_offset(bits: u32, rows: bool, f: u32) -> u32 {
+    if !rows {
+        f * 128
+    } else if bits == 3 {
+        f * ROW_BYTES
+    } else {
+        (f & 0x7f) * ROW_BYTES + (f >> 7) * (ROW_BYTES / 2)
+    }
+}
+
+/// The byte offset of thread `t`'s copy inside a field (k ≤ 4), in each
+/// byte of a word: copy `t % copies`, `copy · entry_bytes` (below 128,
+/// or 256 for k = 3 in the row layout).
+#[inline(always)]
+pub const fn copy_byte(bits: u32, rows: bool, t: u32) -> u32 {
+    (t % copies(bits, rows)) * entry_bytes(bits) * 0x0101_0101
+}
+
+/// `prmt` selector joining byte `m` of a row word (second operand) and of
+/// a column word (first operand) into a table address: result byte 0 =
+/// column byte `m`, byte 1 = row byte `m`, bytes 2, 3 = its sign, 0 (rows
+/// are below 128).
+#[inline(always)]
+pub const fn address_select(m: u32) -> u32 {
+    m | (4 + m) << 4 | (0xC + m) << 8 | (0xC + m) << 12
+}
 
 /// Column groups of 16 per block (compile-time: each lane keeps one
 /// accumulator per group and row).
@@ -158,8 +237,9 @@ pub fn pair_words<const K: usize>(planes: &[u32; K]) -> [u32; 4] {
     [even(a, c), even(b, d), odd(a, c), odd(b, d)]
 }
 
-/// Field words of one block for k = 5: byte `m` of word `c` is the field of
-/// element `8m + c` (see [`wide_index`] for its bit order).
+/// Field words of one block for k = 5: byte `m` of word `c` is 4× the
+/// field of element `8m + c` (see [`wide_index`] for its bit order), the
+/// byte offset of its entry in the table.
 #[inline(always)]
 pub fn wide_words<const K: usize>(planes: &[u32; K]) -> [u32; 8] {
     let p4 = planes.get(4).copied().unwrap_or(0);
@@ -167,14 +247,59 @@ pub fn wide_words<const K: usize>(planes: &[u32; K]) -> [u32; 8] {
     core::array::from_fn(|c| {
         let w = pairs[c / 2];
         // The even (t = 0) or odd (t = 1) bits of each byte: planes 0..4 of
-        // one element at bits 0, 2, 4, 6; `| >> 3` folds them to bits 0..4
-        // in the order 0, 2, 1, 3.
+        // one element at bits 0, 2, 4, 6; `<< 2 | >> 1` moves them to bits
+        // 2..6 in the order 0, 2, 1, 3.
         let e = (if c % 2 == 0 { w } else { w >> 1 }) & 0x5555_5555;
-        let lo = (e | (e >> 3)) & 0x0F0F_0F0F;
-        // Plane 4 of element 8m + c (bit 8m + c) to bit 4 of byte m.
-        let hi = (if c <= 4 { p4 << (4 - c) } else { p4 >> (c - 4) }) & 0x1010_1010;
+        let lo = ((e << 2) | (e >> 1)) & 0x3C3C_3C3C;
+        // Plane 4 of element 8m + c (bit 8m + c) to bit 6 of byte m.
+        let hi = (if c <= 6 { p4 << (6 - c) } else { p4 >> (c - 6) }) & 0x4040_4040;
         lo | hi
     })
+}
+
+/// Table-address words of one block (k ≤ 4; module docs, "Table
+/// addresses"): for field word `q`, `row[q]` holds the rows and `col[q]`
+/// the in-row offsets (with the lane's copy) of its four fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddressWords<const Q: usize> {
+    /// Byte `m`: the row of field `m` (below 128).
+    pub row: [u32; Q],
+    /// Byte `m`: the field's offset in its row plus the copy offset.
+    pub col: [u32; Q],
+}
+
+/// The fields of [`pair_words`] as table addresses (k = 3, 4); `copy` is
+/// [`copy_byte`] of the thread. k = 4: a field's row is its bits 0..6 and
+/// bit 7 selects the half row; k = 3 fields (6 bits) are whole rows.
+#[inline(always)]
+pub fn pair_addresses<const K: usize>(planes: &[u32; K], copy: u32) -> AddressWords<4> {
+    let p = |j: usize| planes.get(j).copied().unwrap_or(0);
+    let (a, b) = interleave2(p(0), p(1));
+    let (c, d) = interleave2(p(2), p(3));
+    // As in `pair_words`, with bit 7 of each field (plane 3 of the pair's
+    // second element) moved from the row word to the column word.
+    let (c4, d4) = (c << 4, d);
+    let row = [
+        (a & 0x0F0F_0F0F) | (c4 & 0x7070_7070),
+        (b & 0x0F0F_0F0F) | ((d << 4) & 0x7070_7070),
+        ((a >> 4) & 0x0F0F_0F0F) | (c & 0x7070_7070),
+        ((b >> 4) & 0x0F0F_0F0F) | (d4 & 0x7070_7070),
+    ];
+    let half = [c4, d << 4, c, d4].map(|v| v & 0x8080_8080);
+    AddressWords { row, col: half.map(|h| h | copy) }
+}
+
+/// The fields of [`quad_words`] as table addresses (k = 2): row = bits
+/// 0..6 of the field, bit 7 the half row; `copy` is [`copy_byte`].
+#[inline(always)]
+pub fn quad_addresses<const K: usize>(planes: &[u32; K], copy: u32) -> AddressWords<2> {
+    let p = |j: usize| planes.get(j).copied().unwrap_or(0);
+    let (p0, p1) = (p(0), p(1));
+    let p1s = p1 << 2;
+    AddressWords {
+        row: [(p0 & 0x3333_3333) | (p1s & 0x4C4C_4C4C), ((p0 >> 2) & 0x3333_3333) | (p1 & 0x4C4C_4C4C)],
+        col: [(p1s & 0x8080_8080) | copy, (p1 & 0x8080_8080) | copy],
+    }
 }
 
 /// Number of fields of the k-bit decode table: 256 quads for k = 2, `4^k`
@@ -188,11 +313,13 @@ pub const fn table_fields(bits: u32) -> u32 {
     }
 }
 
-/// Bytes of the decode table at the start of dynamic shared memory
-/// (a multiple of 16): [`FIELD_BYTES`] per field for k ≤ 4, 4 for k = 5.
+/// Bytes of the decode table of the instances for `m` rows at the start of
+/// dynamic shared memory (a multiple of 16): [`field_bytes`] per field for
+/// k ≤ 4 (32 KiB for k = 2, 4; 8 KiB for k = 3, 16 KiB in the row
+/// layout), 4 per value for k = 5.
 #[inline(always)]
-pub const fn table_bytes(bits: u32) -> u32 {
-    if bits <= 4 { table_fields(bits) * FIELD_BYTES } else { 32 * 4 }
+pub const fn table_bytes(bits: u32, m: u32) -> u32 {
+    if bits <= 4 { table_fields(bits) * field_bytes(bits, rows(m)) } else { 32 * 4 }
 }
 
 /// f32 values per staged K tile of activations: `M` rows of two padded
@@ -293,7 +420,7 @@ impl Geometry {
     /// and the staged activations (`R·W` tiles), which may stay resident
     /// across column blocks.
     pub const fn red_offset(&self, bits: u32, m: u32) -> u32 {
-        table_bytes(bits) + self.chunk() * self.warps() * x_tile_floats(m) * 4
+        table_bytes(bits, m) + self.chunk() * self.warps() * x_tile_floats(m) * 4
     }
     /// Bytes of one team's reduction buffer.
     pub const fn red_bytes(&self, m: u32) -> u32 {

@@ -107,6 +107,6 @@ impl Geometry {
     pub const fn smem_bytes(&self, bits: u32, m: u32) -> u32 {
         let x = self.chunk() * self.slots() * x_tile_floats(m) * 4;
         let red = self.slots() * m * self.cols() * 4;
-        crate::gemv::table_bytes(bits) + if x > red { x } else { red }
+        crate::gemv::table_bytes(bits, m) + if x > red { x } else { red }
     }
 }

@@ -47,7 +47,10 @@
 //! table fields with a few shifts and masks (`kbit_format::gemv`), and one
 //! shared-memory load dequantizes a whole field: four codebook values for
 //! k = 2, two for k = 3, 4 (per-lane replicated tables, conflict-free), one
-//! for k = 5. The codebook values are FMA'd into a per-block dot product,
+//! for k = 5. A lookup's address is one `prmt`: of a row and a column word
+//! at M = 1 (`kbit_format::gemv`, "Table addresses"), of the k = 5 field
+//! bytes (already entry offsets), or, at M ≥ 2 for k ≤ 4, the field byte,
+//! then times 128. The codebook values are FMA'd into a per-block dot product,
 //! which is scaled once by the block's E4M4 scale.
 //!
 //! # Reduction
@@ -207,22 +210,26 @@ unsafe fn read_unit<const K: usize>(stage: u32, sp: Spans, lane: u32) -> Unit<K>
     u
 }
 
-/// Writes the decode table for k = `K` at shared address `table`
-/// (`kbit_format::gemv`). For k ≤ 4 field `f` fills bytes `f·128 ..
-/// (f+1)·128` with its replicated entry (k = 2: 8 copies of the 4 values of
-/// a quad; k = 3, 4: 16 copies of the 2 values of a pair), one thread per
-/// field, 16 bytes per store; thread `f` starts at store `f % 8` so the 8
-/// lanes of a quarter-warp always write 8 different bank groups. For k = 5,
-/// `cb[wide_index(g)]` at `4g`. The caller's next block barrier publishes it.
+/// Writes the decode table for k = `K` at shared address `table` in the
+/// layout of the instances for `M` rows (`kbit_format::gemv`: the row
+/// layout when `rows(M)`, the field layout otherwise). For k ≤ 4 field `f`
+/// fills its `field_bytes` at `field_offset(f)` with its replicated entry
+/// (k = 2: 8 copies of the 4 values of a quad; k = 3, 4: 16 or 32 copies of
+/// the 2 values of a pair), one thread per field, 16 bytes per store;
+/// thread `f` starts at store `f % 8` so the 8 lanes of a quarter-warp
+/// always write 8 different bank groups. For k = 5, `cb[wide_index(g)]` at
+/// `4g`. The caller's next block barrier publishes it.
 ///
 /// # Safety
 /// `cb` holds `2^K` floats; the table fits the dynamic shared memory.
 #[inline(always)]
-pub(crate) unsafe fn build_table<const K: usize>(cb: *const f32, table: u32) {
+pub(crate) unsafe fn build_table<const K: usize, const M: usize>(cb: *const f32, table: u32) {
     let entry = |i: u32| unsafe { ptx::ld_nc_u32((cb as *const u32).add(i as usize)) };
     let nt = ptx::block_dim();
     let mut f = ptx::tid();
     if K <= 4 {
+        let rows = g::rows(M as u32);
+        let stores = g::field_bytes(K as u32, rows) / 16;
         while f < g::table_fields(K as u32) {
             let v = if K == 2 {
                 [
@@ -235,9 +242,10 @@ pub(crate) unsafe fn build_table<const K: usize>(cb: *const f32, table: u32) {
                 let (a, b) = (entry(g::pair_index(f, 0, K as u32)), entry(g::pair_index(f, 1, K as u32)));
                 [a, b, a, b]
             };
-            for j in 0..g::FIELD_BYTES / 16 {
-                let store = (j + f) % (g::FIELD_BYTES / 16);
-                unsafe { ptx::st_shared_v4(table + f * g::FIELD_BYTES + 16 * store, v) };
+            let at = table + g::field_offset(K as u32, rows, f);
+            for j in 0..stores {
+                let store = (j + f) % stores;
+                unsafe { ptx::st_shared_v4(at + 16 * store, v) };
             }
             f += nt;
         }
@@ -286,13 +294,24 @@ unsafe fn load_x8<const M: usize>(addr: u32) -> [[f32; 8]; M] {
     })
 }
 
-/// Table-field words of one block (`kbit_format::gemv`): k = 2 quads in
-/// words 0, 1; k = 3, 4 pairs in words 0..4; k = 5 singles in words 0..8.
+/// Lookup words of one block for the instances for `M` rows
+/// (`kbit_format::gemv`). k = 5: the entry offsets of the singles in words
+/// 0..8. k ≤ 4 with `rows(M)` ("Table addresses"): quad rows in words 0,
+/// 1 and their columns in 4, 5 (k = 2), pair rows in 0..4 and columns in
+/// 4..8 (k = 3, 4), `copy` being the thread's `copy_byte`; otherwise the
+/// fields themselves: quads in words 0, 1, pairs in 0..4.
 #[inline(always)]
-fn fields<const K: usize>(planes: &[u32; K]) -> [u32; 8] {
-    if K == 2 {
+pub(crate) fn lookup_words<const K: usize, const M: usize>(planes: &[u32; K], copy: u32) -> [u32; 8] {
+    let rows = g::rows(M as u32);
+    if K == 2 && rows {
+        let a = g::quad_addresses::<K>(planes, copy);
+        [a.row[0], a.row[1], 0, 0, a.col[0], a.col[1], 0, 0]
+    } else if K == 2 {
         let q = g::quad_words::<K>(planes);
         [q[0], q[1], 0, 0, 0, 0, 0, 0]
+    } else if K <= 4 && rows {
+        let a = g::pair_addresses::<K>(planes, copy);
+        [a.row[0], a.row[1], a.row[2], a.row[3], a.col[0], a.col[1], a.col[2], a.col[3]]
     } else if K <= 4 {
         let p = g::pair_words::<K>(planes);
         [p[0], p[1], p[2], p[3], 0, 0, 0, 0]
@@ -301,29 +320,60 @@ fn fields<const K: usize>(planes: &[u32; K]) -> [u32; 8] {
     }
 }
 
+/// The shared address of lookup `q` of octet `m8` from [`lookup_words`]
+/// (k ≤ 4): one `prmt` of the row and column words with `rows(M)`, else
+/// the field byte times 128 from this thread's copy at `mine`.
+#[inline(always)]
+pub(crate) fn lookup_at<const M: usize>(w: &[u32; 8], q: usize, m8: u32, table: u32, mine: u32) -> u32 {
+    if g::rows(M as u32) {
+        table + ptx::prmt(w[4 + q], w[q], g::address_select(m8))
+    } else {
+        mine + ptx::prmt(w[q], 0, 0x4440 | m8) * 128
+    }
+}
+
 /// The codebook values of elements `8m8 .. 8m8 + 8` of a block, in element
-/// order, from its field words and this lane's table copy.
+/// order, from its [`lookup_words`]: one shared load per quad, pair or
+/// single. `mine` is this thread's copy of the table (`table + copy`).
 ///
 /// # Safety
 /// The table is built and published.
 #[inline(always)]
-unsafe fn decode8<const K: usize>(f: &[u32; 8], m8: u32, table: u32) -> [f32; 8] {
-    let byte = |w: u32| ptx::prmt(w, 0, 0x4440 | m8);
+unsafe fn decode8<const K: usize, const M: usize>(w: &[u32; 8], m8: u32, table: u32, mine: u32) -> [f32; 8] {
+    let at = |q: usize| lookup_at::<M>(w, q, m8, table, mine);
     let v: [u32; 8] = unsafe {
         if K == 2 {
             // Quad a is elements 8m8 + {0, 1, 4, 5}, quad b + {2, 3, 6, 7}.
-            let a = ptx::ld_shared_v4(table + byte(f[0]) * g::FIELD_BYTES);
-            let b = ptx::ld_shared_v4(table + byte(f[1]) * g::FIELD_BYTES);
+            let a = ptx::ld_shared_v4(at(0));
+            let b = ptx::ld_shared_v4(at(1));
             [a[0], a[1], b[0], b[1], a[2], a[3], b[2], b[3]]
         } else if K <= 4 {
             // Pair q is elements 8m8 + 2q, 8m8 + 2q + 1.
-            let p: [[u32; 2]; 4] = core::array::from_fn(|q| ptx::ld_shared_v2(table + byte(f[q]) * g::FIELD_BYTES));
+            let p: [[u32; 2]; 4] = core::array::from_fn(|q| ptx::ld_shared_v2(at(q)));
             [p[0][0], p[0][1], p[1][0], p[1][1], p[2][0], p[2][1], p[3][0], p[3][1]]
         } else {
-            core::array::from_fn(|c| ptx::ld_shared_u32(table + 4 * byte(f[c])))
+            core::array::from_fn(|c| ptx::ld_shared_u32(table + ptx::prmt(w[c], 0, 0x4440 | m8)))
         }
     };
     v.map(f32::from_bits)
+}
+
+/// Calls `f` for the four octets `m8 = 0..4` of a block: spelled out when
+/// `unroll` (a compile-time value in every caller; each octet's `prmt` selectors must be immediates, which a loop
+/// the optimizer keeps rolled would not give), else a loop the optimizer
+/// may keep rolled (fewer registers).
+#[inline(always)]
+pub(crate) fn each_octet(unroll: bool, mut f: impl FnMut(u32)) {
+    if unroll {
+        f(0);
+        f(1);
+        f(2);
+        f(3);
+    } else {
+        for m8 in 0..4 {
+            f(m8);
+        }
+    }
 }
 
 /// Accumulates one K tile of a lane (its block in each column group) into
@@ -333,20 +383,27 @@ unsafe fn decode8<const K: usize>(f: &[u32; 8], m8: u32, table: u32) -> [f32; 8]
 /// # Safety
 /// The table is published; `xs` is the lane's staged half tile.
 #[inline(always)]
-unsafe fn fma_unit<const M: usize, const K: usize>(u: &Unit<K>, table: u32, xs: u32, acc: &mut [[f32; M]; G]) {
-    let f: [[u32; 8]; G] = core::array::from_fn(|gi| fields::<K>(&u.planes[gi]));
+unsafe fn fma_unit<const M: usize, const K: usize>(
+    u: &Unit<K>,
+    table: u32,
+    copy: u32,
+    xs: u32,
+    acc: &mut [[f32; M]; G],
+) {
+    let f: [[u32; 8]; G] = core::array::from_fn(|gi| lookup_words::<K, M>(&u.planes[gi], copy));
+    let mine = table + (copy & 0xFF);
     let mut d = [[0f32; M]; G];
-    for m8 in 0..4u32 {
+    each_octet(true, |m8| {
         let x = unsafe { load_x8::<M>(xs + 32 * m8) };
         for gi in 0..G {
-            let v = unsafe { decode8::<K>(&f[gi], m8, table) };
+            let v = unsafe { decode8::<K, M>(&f[gi], m8, table, mine) };
             for c in 0..8 {
                 for r in 0..M {
                     d[gi][r] = ptx::fma_rn_f32(v[c], x[r][c], d[gi][r]);
                 }
             }
         }
-    }
+    });
     for gi in 0..G {
         let scale = e4m4::decode(u.scales[gi] as u8);
         for r in 0..M {
@@ -506,16 +563,13 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32>
     let scales_end = scales as u64 + tile::scales(n_dim as usize, k_dim as usize) as u64;
 
     let base = ptx::smem_base();
-    let xs = base + g::table_bytes(K as u32);
+    let xs = base + g::table_bytes(K as u32, M as u32);
     let red = base + geo.red_offset(K as u32, M as u32) + team.id * geo.red_bytes(M as u32);
     let stage_bytes = g::stage_bytes(K as u32);
     let ring = base + geo.ring_offset(K as u32, M as u32) + ring_warp * geo.stages() * stage_bytes;
-    // This lane's copy of the decode table.
-    let table = match K {
-        2 => base + (t % g::QUAD_REPLICAS) * g::QUAD_ENTRY_BYTES,
-        3 | 4 => base + (t % g::PAIR_REPLICAS) * g::PAIR_ENTRY_BYTES,
-        _ => base,
-    };
+    // The table and this lane's copy in it.
+    let table = base;
+    let copy = g::copy_byte(K as u32, g::rows(M as u32), t);
     let x_tile_bytes = g::x_tile_floats(M as u32) * 4;
     let x_half = (lane & 1) * g::X_HALF_FLOATS * 4;
     let ok = |i: u32| (i << geo.log_warps) + warp < k_tiles;
@@ -560,7 +614,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32>
     // The table and the first chunk of activations load side by side; the
     // barrier publishes both.
     unsafe {
-        stage_x::<M, T, true>(x, k_dim, rows, 0, geo.chunk() << geo.log_warps, xs, || build_table::<K>(cb, base));
+        stage_x::<M, T, true>(x, k_dim, rows, 0, geo.chunk() << geo.log_warps, xs, || build_table::<K, M>(cb, base));
     }
     ptx::bar_sync();
 
@@ -588,7 +642,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32>
             let stage = ring + step_stage * stage_bytes;
             let u = unsafe { read_unit::<K>(stage, spans_now, lane) };
             let staged = ((i & chunk_mask) << geo.log_warps) + warp;
-            unsafe { fma_unit::<M, K>(&u, table, xs + staged * x_tile_bytes + x_half, &mut acc) };
+            unsafe { fma_unit::<M, K>(&u, table, copy, xs + staged * x_tile_bytes + x_half, &mut acc) };
         }
         step_stage += 1;
         if step_stage == geo.stages() {

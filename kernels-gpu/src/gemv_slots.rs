@@ -59,7 +59,7 @@
 //! nothing; the other row blocks exit after the scan.
 
 use crate::elem::{Bf16, Elem, F16};
-use crate::gemv::{build_table, expert_of_row};
+use crate::gemv::{build_table, each_octet, expert_of_row, lookup_at, lookup_words};
 use crate::ptx;
 use crate::stage_x;
 use core::num::NonZeroU32;
@@ -205,18 +205,26 @@ unsafe fn load_x8<const M: usize>(addr: u32) -> [[f32; 8]; M] {
 /// # Safety
 /// As [`fma_block`].
 #[inline(always)]
-unsafe fn fma_tile<const M: usize, const K: usize>(t: &Tile<K>, table: u32, xs: u32, acc: &mut [[f32; M]; 2]) {
+unsafe fn fma_tile<const M: usize, const K: usize>(
+    t: &Tile<K>,
+    table: u32,
+    copy: u32,
+    xs: u32,
+    acc: &mut [[f32; M]; 2],
+) {
     unsafe {
-        fma_block::<M, K>(&t.planes[0], t.scales & 0xFF, table, xs, acc);
-        fma_block::<M, K>(&t.planes[1], (t.scales >> 8) & 0xFF, table, xs + 4 * 32, acc);
+        fma_block::<M, K>(&t.planes[0], t.scales & 0xFF, table, copy, xs, acc);
+        fma_block::<M, K>(&t.planes[1], (t.scales >> 8) & 0xFF, table, copy, xs + 4 * 32, acc);
     }
 }
 
 /// Accumulates one 32-value block (planes, E4M4 scale byte) whose staged
 /// activations start at `xs` (row stride 64 floats).
 ///
-/// `table` is this lane's copy of the decode table (k ≤ 4) or the table
-/// (k = 5). k = 2 decodes 4 elements per table load, k = 3, 4 two, k = 5 one.
+/// `table` is the decode table and `copy` the thread's copy in it
+/// (`kbit_format::gemv::copy_byte`, k ≤ 4). k = 2 decodes 4 elements per
+/// table load, k = 3, 4 two, k = 5 one (addresses as in
+/// `crate::gemv::lookup_at`).
 ///
 /// # Safety
 /// The table and the block's activations are staged and published.
@@ -225,23 +233,22 @@ unsafe fn fma_block<const M: usize, const K: usize>(
     planes: &[u32; K],
     scale: u32,
     table: u32,
+    copy: u32,
     xs: u32,
     acc: &mut [[f32; M]; 2],
 ) {
     let scale = e4m4::decode(scale as u8);
+    let mine = table + (copy & 0xFF);
     if K == 2 {
         // Block dot products of the even and odd elements, scaled once as
         // they are folded in (a multiply per weight here would take the
         // instances past 64 registers).
         let mut d = [[0f32; M]; 2];
-        let fields = g::quad_words::<K>(planes);
-        for m8 in 0..4u32 {
+        let w = lookup_words::<K, M>(planes, copy);
+        each_octet(g::rows(M as u32), |m8| {
             let x = unsafe { load_x8::<M>(xs + 32 * m8) };
-            let fa = ptx::prmt(fields[0], 0, 0x4440 | m8);
-            let fb = ptx::prmt(fields[1], 0, 0x4440 | m8);
-            let (a, b) = unsafe {
-                (ptx::ld_shared_v4(table + fa * g::FIELD_BYTES), ptx::ld_shared_v4(table + fb * g::FIELD_BYTES))
-            };
+            let (fa, fb) = (lookup_at::<M>(&w, 0, m8, table, mine), lookup_at::<M>(&w, 1, m8, table, mine));
+            let (a, b) = unsafe { (ptx::ld_shared_v4(fa), ptx::ld_shared_v4(fb)) };
             // Quad a is elements 8m8 + {0, 1, 4, 5}, quad b + {2, 3, 6, 7}.
             let v = [a[0], a[1], b[0], b[1], a[2], a[3], b[2], b[3]];
             for c in 0..8 {
@@ -249,19 +256,18 @@ unsafe fn fma_block<const M: usize, const K: usize>(
                     d[c % 2][r] = ptx::fma_rn_f32(f32::from_bits(v[c]), x[r][c], d[c % 2][r]);
                 }
             }
-        }
+        });
         for t in 0..2 {
             for r in 0..M {
                 acc[t][r] = ptx::fma_rn_f32(d[t][r], scale, acc[t][r]);
             }
         }
     } else if K <= 4 {
-        let fields = g::pair_words::<K>(planes);
-        for m8 in 0..4u32 {
+        let w = lookup_words::<K, M>(planes, copy);
+        each_octet(g::rows(M as u32), |m8| {
             let x = unsafe { load_x8::<M>(xs + 32 * m8) };
             for q in 0..4 {
-                let f = ptx::prmt(fields[q], 0, 0x4440 | m8);
-                let v = unsafe { ptx::ld_shared_v2(table + f * g::FIELD_BYTES) };
+                let v = unsafe { ptx::ld_shared_v2(lookup_at::<M>(&w, q, m8, table, mine)) };
                 let w0 = ptx::mul_rn_f32(f32::from_bits(v[0]), scale);
                 let w1 = ptx::mul_rn_f32(f32::from_bits(v[1]), scale);
                 for r in 0..M {
@@ -269,19 +275,19 @@ unsafe fn fma_block<const M: usize, const K: usize>(
                     acc[1][r] = ptx::fma_rn_f32(w1, x[r][2 * q + 1], acc[1][r]);
                 }
             }
-        }
+        });
     } else {
         let fields = g::wide_words::<K>(planes);
-        for m8 in 0..4u32 {
+        each_octet(g::rows(M as u32), |m8| {
             let x = unsafe { load_x8::<M>(xs + 32 * m8) };
             for c in 0..8 {
                 let f = ptx::prmt(fields[c], 0, 0x4440 | m8);
-                let w = ptx::mul_rn_f32(f32::from_bits(unsafe { ptx::ld_shared_u32(table + 4 * f) }), scale);
+                let w = ptx::mul_rn_f32(f32::from_bits(unsafe { ptx::ld_shared_u32(table + f) }), scale);
                 for r in 0..M {
                     acc[c % 2][r] = ptx::fma_rn_f32(w, x[r][c], acc[c % 2][r]);
                 }
             }
-        }
+        });
     }
 }
 
@@ -321,13 +327,10 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     let chunk_mask = geo.chunk() - 1;
 
     let base = ptx::smem_base();
-    let xs = base + g::table_bytes(K as u32);
-    // This lane's copy of the decode table.
-    let table = match K {
-        2 => base + (t % g::QUAD_REPLICAS) * g::QUAD_ENTRY_BYTES,
-        3 | 4 => base + (t % g::PAIR_REPLICAS) * g::PAIR_ENTRY_BYTES,
-        _ => base,
-    };
+    let xs = base + g::table_bytes(K as u32, M as u32);
+    // The table and this thread's copy in it.
+    let table = base;
+    let copy = g::copy_byte(K as u32, g::rows(M as u32), t);
     let x_tile_bytes = gs::x_tile_floats(M as u32) * 4;
     let policy = ptx::policy_evict_first();
     let kt_of = |i: u32| (i << geo.log_slots) + slot;
@@ -352,7 +355,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     // overlap; activations and outputs are touched only from here on.
     ptx::after_producers();
     unsafe {
-        stage_x::<M, T, true>(x, k_dim, rows, 0, geo.chunk() << geo.log_slots, xs, || build_table::<K>(cb, base));
+        stage_x::<M, T, true>(x, k_dim, rows, 0, geo.chunk() << geo.log_slots, xs, || build_table::<K, M>(cb, base));
     }
     ptx::bar_sync();
 
@@ -372,7 +375,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
             }
             if ok(i) {
                 let staged = ((i & chunk_mask) << geo.log_slots) + slot;
-                unsafe { fma_tile::<M, K>(&$t, table, xs + staged * x_tile_bytes, &mut acc) };
+                unsafe { fma_tile::<M, K>(&$t, table, copy, xs + staged * x_tile_bytes, &mut acc) };
             }
         }};
     }
