@@ -14,16 +14,16 @@
 //!   elements `8m, 8m+1, 8m+4, 8m+5`, of word 1 of `8m+2, 8m+3, 8m+6, 8m+7`
 //!   ([`quad_index`]). The table entry of a field is the four codebook
 //!   values, 16 bytes, so one 128-bit shared load dequantizes four elements.
-//!   Each field has [`copies`] = 8 copies: lane `l` reads copy `l % 8`,
+//!   Each field has 8 copies ([`copies`]): lane `l` reads copy `l % 8`,
 //!   which puts the 8 lanes of a quarter-warp in 8 different groups of 4
 //!   banks, so a lookup never conflicts.
 //! - k = 3, 4 ([`pair_words`]): byte `m` of word `q` is the field of the
 //!   element pair `(8m + 2q, 8m + 2q + 1)`; bit `2j + t` of the field is
 //!   plane `j` of element `t` of the pair. The table entry of a field is the
 //!   two codebook values, 8 bytes ([`pair_index`] gives their indices), so
-//!   one 64-bit shared load dequantizes two elements. k = 4 keeps 16 copies
-//!   of each field (lane `l` reads copy `l % 16`: the 16 lanes of a
-//!   half-warp in 16 different bank pairs), k = 3 32 copies.
+//!   one 64-bit shared load dequantizes two elements. Each field has 16
+//!   copies (lane `l` reads copy `l % 16`: the 16 lanes of a half-warp in
+//!   16 different bank pairs), or 32 for k = 3 in the row layout below.
 //! - k = 5 ([`wide_words`]): byte `m` of word `c` is 4× the field of
 //!   element `8m + c`, with plane bits in the order 0, 2, 1, 3, 4
 //!   ([`wide_index`]), i.e. directly the byte offset of its entry in a

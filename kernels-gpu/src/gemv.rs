@@ -47,10 +47,10 @@
 //! table fields with a few shifts and masks (`kbit_format::gemv`), and one
 //! shared-memory load dequantizes a whole field: four codebook values for
 //! k = 2, two for k = 3, 4 (per-lane replicated tables, conflict-free), one
-//! for k = 5. A lookup's address is one `prmt`: of a row and a column word
-//! at M = 1 (`kbit_format::gemv`, "Table addresses"), of the k = 5 field
-//! bytes (already entry offsets), or, at M ≥ 2 for k ≤ 4, the field byte,
-//! then times 128. The codebook values are FMA'd into a per-block dot product,
+//! for k = 5. A lookup's address is one `prmt` for k = 5 (the field bytes
+//! are entry offsets) and at M = 1 (a row and a column word,
+//! `kbit_format::gemv`, "Table addresses"); at M ≥ 2 for k ≤ 4 it is a
+//! `prmt` and a multiply-add. The codebook values are FMA'd into a per-block dot product,
 //! which is scaled once by the block's E4M4 scale.
 //!
 //! # Reduction
@@ -359,9 +359,10 @@ unsafe fn decode8<const K: usize, const M: usize>(w: &[u32; 8], m8: u32, table: 
 }
 
 /// Calls `f` for the four octets `m8 = 0..4` of a block: spelled out when
-/// `unroll` (a compile-time value in every caller; each octet's `prmt` selectors must be immediates, which a loop
-/// the optimizer keeps rolled would not give), else a loop the optimizer
-/// may keep rolled (fewer registers).
+/// `unroll` (a compile-time value in every caller), so that each octet's
+/// `prmt` selectors are immediates, which a loop the optimizer keeps
+/// rolled would not give; else as a loop it may keep rolled (fewer
+/// registers).
 #[inline(always)]
 pub(crate) fn each_octet(unroll: bool, mut f: impl FnMut(u32)) {
     if unroll {
