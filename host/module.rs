@@ -206,17 +206,41 @@ pub mod names {
     }
 }
 
+/// A grid-stride dequantize kernel launched with 256-thread blocks and
+/// [`STREAMING_SMEM`] bytes of shared memory, with the blocks of that launch that fit on
+/// one SM (from the driver's occupancy calculator, so register counts are
+/// never assumed).
+pub(crate) struct Streaming {
+    pub f: CudaFunction,
+    pub per_sm: u32,
+}
+
+/// Threads per block of every grid-stride launch, [`Streaming`] kernels
+/// included.
+pub(crate) const GRID_STRIDE_THREADS: u32 = 256;
+/// Dynamic shared memory of [`Streaming`] kernels (the staged codebook).
+pub(crate) const STREAMING_SMEM: u32 = 128;
+
+impl Streaming {
+    fn new(f: CudaFunction) -> Result<Self> {
+        let per_sm = f
+            .occupancy_max_active_blocks_per_multiprocessor(GRID_STRIDE_THREADS, STREAMING_SMEM as usize, None)?
+            .max(1);
+        Ok(Self { f, per_sm })
+    }
+}
+
 /// Every kernel function, looked up once so that calls do no string work.
 pub(crate) struct Kernels {
     _module: Arc<CudaModule>,
     quantize: Vec<CudaFunction>,
     repack: Vec<CudaFunction>,
-    dequant: Vec<CudaFunction>,
+    dequant: Vec<Streaming>,
     pub selftest_mma: [CudaFunction; 2],
     /// Expert row gather (0) and scatter (1) for the batched cuBLAS MoE path.
     pub moe_rows: [CudaFunction; 2],
     /// Grouped tiled dequantize, `[bits - 2][f16, bf16]`.
-    pub grouped_dequant: [[CudaFunction; 2]; 4],
+    pub grouped_dequant: [[Streaming; 2]; 4],
     /// Tensor-core GEMM instances, indexed by [`mma_slot`].
     pub mma: Vec<CudaFunction>,
     /// Scalar GEMV instances (dense and grouped).
@@ -241,14 +265,15 @@ impl Kernels {
             }
             for tiled in [false, true] {
                 for d in DTYPES {
-                    dequant.push(get(names::dequant(tiled, bits, d))?);
+                    dequant.push(Streaming::new(get(names::dequant(tiled, bits, d))?)?);
                 }
             }
         }
         let selftest_mma = [get(names::selftest_mma(Dtype::F16))?, get(names::selftest_mma(Dtype::Bf16))?];
         let moe_rows = [get(names::moe_rows(false))?, get(names::moe_rows(true))?];
-        let gd = |bits| -> Result<[CudaFunction; 2]> {
-            Ok([get(names::grouped_dequant(bits, Dtype::F16))?, get(names::grouped_dequant(bits, Dtype::Bf16))?])
+        let gd = |bits| -> Result<[Streaming; 2]> {
+            let one = |d| Streaming::new(get(names::grouped_dequant(bits, d))?);
+            Ok([one(Dtype::F16)?, one(Dtype::Bf16)?])
         };
         let grouped_dequant = [gd(2)?, gd(3)?, gd(4)?, gd(5)?];
         let mma = names::all_mma().into_iter().map(get).collect::<Result<Vec<_>>>()?;
@@ -262,7 +287,7 @@ impl Kernels {
     pub fn repack(&self, bits: u32) -> &CudaFunction {
         &self.repack[bits_slot(bits)]
     }
-    pub fn dequant(&self, layout: LayoutKind, bits: u32, dtype: Dtype) -> &CudaFunction {
+    pub fn dequant(&self, layout: LayoutKind, bits: u32, dtype: Dtype) -> &Streaming {
         let l = (layout == LayoutKind::Tiled) as usize;
         &self.dequant[(bits_slot(bits) * 2 + l) * 3 + dtype.slot()]
     }

@@ -17,6 +17,7 @@
 use crate::context::STATUS_EXPERT_ROWS;
 use crate::cublas_gemm::RowMajorGemm;
 use crate::device::dptr;
+use crate::module::{GRID_STRIDE_THREADS, STREAMING_SMEM};
 use crate::{Context, Dtype, Element, Error, KbitExperts, Kernel, Result};
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 
@@ -133,13 +134,19 @@ impl Context {
         let (n, k, ne, mm) = (shape.n as u32, shape.k as u32, e as u32, max_m as u32);
         self.with_blas_scratch(w_bytes + x_bytes + y_bytes, |handle, base| {
             let (ws, xs, ys) = (base, base + w_bytes as u64, base + (w_bytes + x_bytes) as u64);
-            // 1. Dequantize the experts that have rows (blockIdx.y = expert).
-            let per_expert = (shape.num_blocks() as u64 * 4).div_ceil(256);
-            let bx = per_expert.clamp(1, (sm * 32 / e as u64).max(1)) as u32;
-            let cfg = LaunchConfig { grid_dim: (bx, ne, 1), block_dim: (256, 1, 1), shared_mem_bytes: 128 };
+            // 1. Dequantize the experts that have rows (blockIdx.y = expert),
+            //    one thread per octet; the experts share one round of
+            //    resident blocks.
             let f = &self.kernels.grouped_dequant[(experts.bits() - 2) as usize][slot];
+            let per_expert = (shape.num_blocks() as u64 * 4).div_ceil(GRID_STRIDE_THREADS as u64);
+            let bx = per_expert.clamp(1, (sm * f.per_sm as u64 / e as u64).max(1)) as u32;
+            let cfg = LaunchConfig {
+                grid_dim: (bx, ne, 1),
+                block_dim: (GRID_STRIDE_THREADS, 1, 1),
+                shared_mem_bytes: STREAMING_SMEM,
+            };
             let (pp, sp, cp) = (dptr(&experts.packed, self), dptr(&experts.scales, self), dptr(&experts.cb, self));
-            unsafe { s.launch_builder(f).arg(&pp).arg(&sp).arg(&cp).arg(&ws).arg(&op).arg(&n).arg(&k).launch(cfg) }?;
+            unsafe { s.launch_builder(&f.f).arg(&pp).arg(&sp).arg(&cp).arg(&ws).arg(&op).arg(&n).arg(&k).launch(cfg) }?;
             // 2. Gather x rows into the padded per-expert batch.
             let status = self.status_ptr(STATUS_EXPERT_ROWS);
             let cfg = self.grid_stride(padded as u64 * shape.k as u64, 0);

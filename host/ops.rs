@@ -121,11 +121,12 @@ impl Context {
         if op % 16 != 0 {
             return Err(Error::Alignment { what: "dequantize output", align: 16 });
         }
-        let cfg = self.grid_stride(shape.num_blocks() as u64 * 4, CODEBOOK_SMEM);
+        // One thread per octet (four per quant block).
+        let kernel = self.kernels.dequant(layout, bits, T::DTYPE);
+        let cfg = self.grid_resident(shape.num_blocks() as u64 * 4, kernel);
         let (pp, sp, cp) = (dptr(packed, self), dptr(scales, self), dptr(cb, self));
         let (n, k) = (shape.n as u32, shape.k as u32);
-        let f = self.kernels.dequant(layout, bits, T::DTYPE);
-        unsafe { s.launch_builder(f).arg(&pp).arg(&sp).arg(&cp).arg(&op).arg(&n).arg(&k).launch(cfg) }?;
+        unsafe { s.launch_builder(&kernel.f).arg(&pp).arg(&sp).arg(&cp).arg(&op).arg(&n).arg(&k).launch(cfg) }?;
         Ok(())
     }
 

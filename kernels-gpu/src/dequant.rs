@@ -4,11 +4,16 @@
 //! one quant block, so a warp's 16- or 32-byte stores cover 512 or 1024
 //! contiguous bytes. The four threads of a block read the same plane words
 //! (one L1 line); byte `q` of each plane holds the index bits of elements
-//! `8q .. 8q+7`.
+//! `8q .. 8q+7`. The host launches one round of resident blocks (more, in
+//! waves, only where a thread would otherwise loop more than 16 times);
+//! each thread loops over octets a grid apart and keeps the next octet's
+//! loads in flight while it decodes and writes the current one, and its
+//! first loads are issued before the codebook is staged, so the two first
+//! latencies overlap.
 
 use crate::elem::Elem;
 use crate::ptx;
-use crate::tile_io::{codebook_at, load_planes, stage_codebook};
+use crate::tile_io::{Cached, PlaneWords, codebook_at, stage_codebook};
 use core::num::NonZeroU32;
 use kbit_format::{e4m4, planes, quant, tile};
 
@@ -16,11 +21,22 @@ use kbit_format::{e4m4, planes, quant, tile};
 pub trait Layout {
     /// Scale storage: f32 (flat) or an E4M4 byte (runtime).
     type Scale: Copy;
-    /// Word offset of the block's plane 0 and its decoded scale.
+    /// A scale for the loads past the end (never decoded into an output).
+    const ZERO: Self::Scale;
+    /// Word offset of the block's plane 0, and its scale as stored.
     ///
     /// # Safety
     /// `(n, kb)` is inside the matrix the pointers describe.
-    unsafe fn block(scales: *const Self::Scale, n_dim: u64, kblocks: u64, n: u64, kb: u64, bits: u64) -> (u64, f32);
+    unsafe fn block(
+        scales: *const Self::Scale,
+        n_dim: u64,
+        kblocks: u64,
+        n: u64,
+        kb: u64,
+        bits: u64,
+    ) -> (u64, Self::Scale);
+    /// The scale's value.
+    fn decode(s: Self::Scale) -> f32;
 }
 
 /// The flat interchange layout: block `b` at words `b·k`, f32 absmax `b`.
@@ -30,20 +46,63 @@ pub struct Tiled;
 
 impl Layout for Flat {
     type Scale = f32;
+    const ZERO: f32 = 0.0;
     #[inline(always)]
     unsafe fn block(scales: *const f32, _n_dim: u64, kblocks: u64, n: u64, kb: u64, bits: u64) -> (u64, f32) {
         let b = n * kblocks + kb;
         (b * bits, unsafe { *scales.add(b as usize) })
     }
+    #[inline(always)]
+    fn decode(s: f32) -> f32 {
+        s
+    }
 }
 
 impl Layout for Tiled {
     type Scale = u8;
+    const ZERO: u8 = 0;
     #[inline(always)]
-    unsafe fn block(scales: *const u8, n_dim: u64, _kblocks: u64, n: u64, kb: u64, bits: u64) -> (u64, f32) {
+    unsafe fn block(scales: *const u8, n_dim: u64, _kblocks: u64, n: u64, kb: u64, bits: u64) -> (u64, u8) {
         let s = unsafe { ptx::ld_nc_u8(scales.add(tile::scale_index(n_dim, n, kb) as usize)) };
-        (tile::word_index(n_dim, n, kb, bits), e4m4::decode(s))
+        (tile::word_index(n_dim, n, kb, bits), s)
     }
+    #[inline(always)]
+    fn decode(s: u8) -> f32 {
+        e4m4::decode(s)
+    }
+}
+
+/// One octet's block planes and scale, as loaded (the odd-k select not yet
+/// made, so that holding a prefetched block waits on nothing).
+struct Fetched<const K: usize, S> {
+    planes: PlaneWords<K>,
+    scale: S,
+}
+
+/// Issues the loads for octet thread `t` (block `t / 4`), or returns zeros
+/// from `total = 4·n_dim·kblocks` on.
+///
+/// # Safety
+/// `packed`/`scales` describe an `[n_dim, 32·kblocks]` matrix in layout `L`.
+#[inline(always)]
+unsafe fn fetch<const K: usize, L: Layout>(
+    packed: *const u32,
+    scales: *const L::Scale,
+    n_dim: u32,
+    kblocks: NonZeroU32,
+    t: u64,
+    total: u64,
+) -> Fetched<K, L::Scale> {
+    if t >= total {
+        return Fetched { planes: PlaneWords::ZERO, scale: L::ZERO };
+    }
+    // Block indices fit in u32 (the host allows fewer than 2^32 blocks), so
+    // the row/column split is a 32-bit division, not a 64-bit software
+    // routine.
+    let b = (t / 4) as u32;
+    let (n, kb) = ((b / kblocks) as u64, (b % kblocks) as u64);
+    let (word, scale) = unsafe { L::block(scales, n_dim as u64, kblocks.get() as u64, n, kb, K as u64) };
+    Fetched { planes: unsafe { PlaneWords::load_with(Cached, packed.add(word as usize)) }, scale }
 }
 
 /// Body of the `kbit_dequant_{flat,tiled}_k{K}_{T}` kernels.
@@ -61,24 +120,22 @@ pub unsafe fn run<const K: usize, L: Layout, T: Elem>(
     n_dim: u32,
     k_dim: u32,
 ) {
-    let book = unsafe { stage_codebook::<K>(cb) };
     // Non-zero by construction (the host rejects K < 32), typed so that the
-    // divisions below carry no division-by-zero panic path. Block indices
-    // fit in u32 (the host allows fewer than 2^32 blocks), so the per-thread
-    // row/column split is a 32-bit division, not a 64-bit software routine.
+    // divisions carry no division-by-zero panic path.
     let Some(kblocks) = NonZeroU32::new(k_dim / 32) else { return };
     let total = n_dim as u64 * kblocks.get() as u64 * 4;
+    let stride = ptx::grid_threads();
     let mut t = ptx::global_tid();
+    let mut cur = unsafe { fetch::<K, L>(packed, scales, n_dim, kblocks, t, total) };
+    let book = unsafe { stage_codebook::<K>(cb) };
     while t < total {
-        let b = (t / 4) as u32;
-        let q = (t % 4) as u32;
-        let (n, kb) = ((b / kblocks) as u64, (b % kblocks) as u64);
-        let (word, amax) = unsafe { L::block(scales, n_dim as u64, kblocks.get() as u64, n, kb, K as u64) };
-        let w = unsafe { load_planes::<K>(packed.add(word as usize)) };
-        let idx = planes::octet::<K>(&w, q);
+        let next = unsafe { fetch::<K, L>(packed, scales, n_dim, kblocks, t + stride, total) };
+        let amax = L::decode(cur.scale);
+        let idx = planes::octet::<K>(&cur.planes.planes(), (t % 4) as u32);
         let v = idx.map(|i| quant::dequant(unsafe { codebook_at(book, i) }, amax));
         unsafe { T::store8(out.add((t * 8) as usize), v) };
-        t += ptx::grid_threads();
+        cur = next;
+        t += stride;
     }
 }
 

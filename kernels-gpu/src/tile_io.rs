@@ -63,7 +63,7 @@ impl PlaneLoad for Streamed {
 /// `4·K` bytes for K = 2, 4.
 #[inline(always)]
 pub unsafe fn load_planes<const K: usize>(p: *const u32) -> [u32; K] {
-    unsafe { load_planes_with::<K, _>(Cached, p) }
+    unsafe { PlaneWords::<K>::load_with(Cached, p) }.planes()
 }
 
 /// [`load_planes`] with the cache behaviour `ld`.
@@ -72,40 +72,69 @@ pub unsafe fn load_planes<const K: usize>(p: *const u32) -> [u32; K] {
 /// As [`load_planes`].
 #[inline(always)]
 pub unsafe fn load_planes_with<const K: usize, L: PlaneLoad>(ld: L, p: *const u32) -> [u32; K] {
-    let mut w = [0u32; K];
-    unsafe {
-        match K {
-            2 => {
-                let v = ld.v2(p);
-                w[0] = v[0];
-                w[1] = v[1];
-            }
-            4 => {
-                let v = ld.v4(p);
-                w[0] = v[0];
-                w[1] = v[1];
-                w[2] = v[2];
-                w[3] = v[3];
-            }
-            3 | 5 => {
-                let odd = (p as usize / 4) & 1 == 1;
-                let base = p.sub(odd as usize);
-                let a = ld.v2(base);
-                let b = ld.v2(base.add(2));
-                let c = if K == 5 { ld.v2(base.add(4)) } else { [0, 0] };
-                let all = [a[0], a[1], b[0], b[1], c[0], c[1]];
-                for (j, wj) in w.iter_mut().enumerate() {
-                    *wj = if odd { all[j + 1] } else { all[j] };
+    unsafe { PlaneWords::<K>::load_with(ld, p) }.planes()
+}
+
+/// The words [`load_planes`] loads, before the odd-k parity select: a
+/// block loaded ahead of its use holds these, so that nothing waits on the
+/// loads until [`PlaneWords::planes`] is called.
+#[derive(Clone, Copy)]
+pub struct PlaneWords<const K: usize> {
+    /// The loaded words: the planes (K = 2, 4), or the `ceil(K/2)` pairs
+    /// from the even word at or below the block (K = 3, 5).
+    words: [u32; 6],
+    /// The block starts at an odd word (K = 3, 5).
+    odd: bool,
+}
+
+impl<const K: usize> PlaneWords<K> {
+    /// All-zero planes.
+    pub const ZERO: Self = Self { words: [0; 6], odd: false };
+
+    /// Issues the loads of the block at `p` (see [`load_planes`]).
+    ///
+    /// # Safety
+    /// As [`load_planes`].
+    #[inline(always)]
+    pub unsafe fn load_with<L: PlaneLoad>(ld: L, p: *const u32) -> Self {
+        let mut odd = false;
+        let words = unsafe {
+            match K {
+                2 => {
+                    let a = ld.v2(p);
+                    [a[0], a[1], 0, 0, 0, 0]
                 }
-            }
-            _ => {
-                for (j, wj) in w.iter_mut().enumerate() {
-                    *wj = ptx::ld_nc_u32(p.add(j));
+                4 => {
+                    let a = ld.v4(p);
+                    [a[0], a[1], a[2], a[3], 0, 0]
                 }
+                3 | 5 => {
+                    odd = (p as usize / 4) & 1 == 1;
+                    let base = p.sub(odd as usize);
+                    let a = ld.v2(base);
+                    let b = ld.v2(base.add(2));
+                    let c = if K == 5 { ld.v2(base.add(4)) } else { [0, 0] };
+                    [a[0], a[1], b[0], b[1], c[0], c[1]]
+                }
+                _ => core::array::from_fn(|j| if j < K { ptx::ld_nc_u32(p.add(j)) } else { 0 }),
             }
-        }
+        };
+        Self { words, odd }
     }
-    w
+
+    /// The block's `K` plane words.
+    #[inline(always)]
+    pub fn planes(&self) -> [u32; K] {
+        let w = self.words;
+        if !matches!(K, 3 | 5) {
+            return core::array::from_fn(|j| w[j]);
+        }
+        // Word j or j + 1 by a funnel shift of the pair, not a select:
+        // LLVM turns a select between neighbours into a runtime array index,
+        // which puts the words in local memory.
+        let s = 32 * self.odd as u32;
+        core::array::from_fn(|j| ((((w[j + 1] as u64) << 32) | w[j] as u64) >> s) as u32)
+    }
 }
 
 /// Copies the `2^K`-entry codebook to the start of dynamic shared memory and
