@@ -130,7 +130,6 @@ impl Context {
         let op = dptr(expert_offsets, self);
         let (yp, _gy) = y.device_ptr_mut(s);
         let slot = (T::DTYPE == Dtype::Bf16) as usize;
-        let sm = self.info().sm_count as u64;
         let (n, k, ne, mm) = (shape.n as u32, shape.k as u32, e as u32, max_m as u32);
         self.with_blas_scratch(w_bytes + x_bytes + y_bytes, |handle, base| {
             let (ws, xs, ys) = (base, base + w_bytes as u64, base + (w_bytes + x_bytes) as u64);
@@ -138,8 +137,7 @@ impl Context {
             //    one thread per octet; the experts share one round of
             //    resident blocks.
             let f = &self.kernels.grouped_dequant[(experts.bits() - 2) as usize][slot];
-            let per_expert = (shape.num_blocks() as u64 * 4).div_ceil(GRID_STRIDE_THREADS as u64);
-            let bx = per_expert.clamp(1, (sm * f.per_sm as u64 / e as u64).max(1)) as u32;
+            let bx = self.streaming_blocks(shape.num_blocks() as u64 * 4, f, e as u64);
             let cfg = LaunchConfig {
                 grid_dim: (bx, ne, 1),
                 block_dim: (GRID_STRIDE_THREADS, 1, 1),
