@@ -1,6 +1,6 @@
 //! The [`Context`]: one device, one stream, the loaded kernels, device facts.
 
-use crate::module::{GRID_STRIDE_THREADS, Kernels, STREAMING_SMEM, Streaming};
+use crate::module::{CODEBOOK_SMEM, GRID_STRIDE_THREADS, Kernels, Streaming};
 use crate::{Error, Result};
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, LaunchConfig};
@@ -30,7 +30,7 @@ pub struct DeviceInfo {
 pub(crate) const SMEM_RESERVED_PER_BLOCK: usize = 1024;
 
 /// Most loop iterations per thread of a [`Streaming`] launch
-/// ([`Context::streaming_blocks`]).
+/// ([`Context::grid_resident`]).
 const STREAMING_MAX_TRIPS: u64 = 16;
 
 /// Status words the kernels report data errors through (first offending
@@ -250,34 +250,29 @@ impl Context {
     /// 32 blocks per SM (8 resident 256-thread blocks × 4 waves), with
     /// `smem` bytes of dynamic shared memory.
     pub(crate) fn grid_stride(&self, threads: u64, smem: u32) -> LaunchConfig {
-        let blocks = threads.div_ceil(256).clamp(1, self.info.sm_count as u64 * 32) as u32;
-        LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: smem }
-    }
-
-    /// The launch of a [`Streaming`] kernel over `threads` threads, in
-    /// blocks of [`GRID_STRIDE_THREADS`] (see [`Context::streaming_blocks`]).
-    pub(crate) fn grid_resident(&self, threads: u64, k: &Streaming) -> LaunchConfig {
         let t = GRID_STRIDE_THREADS;
-        LaunchConfig {
-            grid_dim: (self.streaming_blocks(threads, k, 1), 1, 1),
-            block_dim: (t, 1, 1),
-            shared_mem_bytes: STREAMING_SMEM,
-        }
+        let blocks = threads.div_ceil(t as u64).clamp(1, self.info.sm_count as u64 * 32) as u32;
+        LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (t, 1, 1), shared_mem_bytes: smem }
     }
 
-    /// Blocks for `threads` threads of a [`Streaming`] kernel when `share`
-    /// launches of that size (the experts of a grouped call) run side by
-    /// side: their share of one round of resident blocks, so that every
-    /// thread is resident from the start and its loop (which keeps the next
-    /// iteration's loads in flight), not a second wave of blocks, takes the
-    /// rest; but at most [`STREAMING_MAX_TRIPS`] iterations per thread,
-    /// past which more blocks are launched, in waves. On the H100 the
-    /// dequantize of 8192×28672 at odd k ran 4 % slower with one round
-    /// (≈ 110 iterations per thread) than in waves, with or without the
-    /// loads in flight.
-    pub(crate) fn streaming_blocks(&self, threads: u64, k: &Streaming, share: u64) -> u32 {
+    /// The launch of `threads` threads of a [`Streaming`] kernel when
+    /// `share` launches of that size (the experts of a grouped call, along
+    /// `gridDim.y`) run side by side: their share of one round of resident
+    /// blocks, so that every thread is resident from the start and its loop
+    /// (which keeps the next iteration's loads in flight), not a second
+    /// wave of blocks, takes the rest; but at most [`STREAMING_MAX_TRIPS`]
+    /// iterations per thread, past which more blocks are launched, in
+    /// waves. On the H100 the dequantize of 8192×28672 at odd k ran 4 %
+    /// slower with one round (≈ 110 iterations per thread) than in waves,
+    /// with or without the loads in flight.
+    pub(crate) fn grid_resident(&self, threads: u64, k: &Streaming, share: u64) -> LaunchConfig {
         let blocks = threads.div_ceil(GRID_STRIDE_THREADS as u64);
         let round = (self.info.sm_count as u64 * k.per_sm as u64 / share.max(1)).max(1);
-        blocks.clamp(1, round.max(blocks.div_ceil(STREAMING_MAX_TRIPS))).min(u32::MAX as u64) as u32
+        let blocks = blocks.clamp(1, round.max(blocks.div_ceil(STREAMING_MAX_TRIPS))).min(u32::MAX as u64) as u32;
+        LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (GRID_STRIDE_THREADS, 1, 1),
+            shared_mem_bytes: CODEBOOK_SMEM,
+        }
     }
 }

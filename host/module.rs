@@ -206,10 +206,10 @@ pub mod names {
     }
 }
 
-/// A grid-stride dequantize kernel launched with 256-thread blocks and
-/// [`STREAMING_SMEM`] bytes of shared memory, with the blocks of that launch that fit on
-/// one SM (from the driver's occupancy calculator, so register counts are
-/// never assumed).
+/// A grid-stride dequantize kernel launched with [`GRID_STRIDE_THREADS`]
+/// threads and [`CODEBOOK_SMEM`] bytes of shared memory per block, with the
+/// blocks of that launch that fit on one SM (from the driver's occupancy
+/// calculator, so register counts are never assumed).
 pub(crate) struct Streaming {
     pub f: CudaFunction,
     pub per_sm: u32,
@@ -218,14 +218,14 @@ pub(crate) struct Streaming {
 /// Threads per block of every grid-stride launch, [`Streaming`] kernels
 /// included.
 pub(crate) const GRID_STRIDE_THREADS: u32 = 256;
-/// Dynamic shared memory of [`Streaming`] kernels (the staged codebook).
-pub(crate) const STREAMING_SMEM: u32 = 128;
+/// Dynamic shared memory of the kernels that stage the codebook
+/// (quantize, dequantize): 2^5 f32 at most.
+pub(crate) const CODEBOOK_SMEM: u32 = 128;
 
 impl Streaming {
     fn new(f: CudaFunction) -> Result<Self> {
-        let per_sm = f
-            .occupancy_max_active_blocks_per_multiprocessor(GRID_STRIDE_THREADS, STREAMING_SMEM as usize, None)?
-            .max(1);
+        let per_sm =
+            f.occupancy_max_active_blocks_per_multiprocessor(GRID_STRIDE_THREADS, CODEBOOK_SMEM as usize, None)?.max(1);
         Ok(Self { f, per_sm })
     }
 }

@@ -17,9 +17,8 @@
 use crate::context::STATUS_EXPERT_ROWS;
 use crate::cublas_gemm::RowMajorGemm;
 use crate::device::dptr;
-use crate::module::{GRID_STRIDE_THREADS, STREAMING_SMEM};
 use crate::{Context, Dtype, Element, Error, KbitExperts, Kernel, Result};
-use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
 
 /// Largest `max_m` the grouped scalar GEMV serves.
 const GROUPED_SCALAR_MAX_M: usize = 4;
@@ -137,12 +136,8 @@ impl Context {
             //    one thread per octet; the experts share one round of
             //    resident blocks.
             let f = &self.kernels.grouped_dequant[(experts.bits() - 2) as usize][slot];
-            let bx = self.streaming_blocks(shape.num_blocks() as u64 * 4, f, e as u64);
-            let cfg = LaunchConfig {
-                grid_dim: (bx, ne, 1),
-                block_dim: (GRID_STRIDE_THREADS, 1, 1),
-                shared_mem_bytes: STREAMING_SMEM,
-            };
+            let mut cfg = self.grid_resident(shape.num_blocks() as u64 * 4, f, e as u64);
+            cfg.grid_dim.1 = ne;
             let (pp, sp, cp) = (dptr(&experts.packed, self), dptr(&experts.scales, self), dptr(&experts.cb, self));
             unsafe { s.launch_builder(&f.f).arg(&pp).arg(&sp).arg(&cp).arg(&ws).arg(&op).arg(&n).arg(&k).launch(cfg) }?;
             // 2. Gather x rows into the padded per-expert batch.

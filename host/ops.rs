@@ -2,13 +2,10 @@
 
 use crate::context::{STATUS_NONFINITE, STATUS_SCALE};
 use crate::device::dptr;
-use crate::module::LayoutKind;
+use crate::module::{CODEBOOK_SMEM, LayoutKind};
 use crate::weight::check_len;
 use crate::{Codebook, Context, DeviceFlatWeight, Dtype, Element, Error, KbitWeight, Result, ScaleMode, Shape};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
-
-/// Dynamic shared memory of kernels that stage the codebook (32 × f32).
-const CODEBOOK_SMEM: u32 = 128;
 
 impl Context {
     /// Quantizes a row-major `W[N, K]` on the device to the flat layout,
@@ -123,7 +120,7 @@ impl Context {
         }
         // One thread per octet (four per quant block).
         let kernel = self.kernels.dequant(layout, bits, T::DTYPE);
-        let cfg = self.grid_resident(shape.num_blocks() as u64 * 4, kernel);
+        let cfg = self.grid_resident(shape.num_blocks() as u64 * 4, kernel, 1);
         let (pp, sp, cp) = (dptr(packed, self), dptr(scales, self), dptr(cb, self));
         let (n, k) = (shape.n as u32, shape.k as u32);
         unsafe { s.launch_builder(&kernel.f).arg(&pp).arg(&sp).arg(&cp).arg(&op).arg(&n).arg(&k).launch(cfg) }?;
