@@ -22,6 +22,11 @@
 //! before the prologue waits on any of them), evict-first
 //! in L1 and L2: a column's later loads hit the sectors its first load
 //! brought into L1, and nothing of the weights is worth keeping in L2.
+//! The grouped instances keep two buffers (tile i + 2 is requested when
+//! tile i is done): MoE experts are small matrices whose threads own one
+//! or two K tiles, where a third buffer adds registers and no loads in
+//! flight (it took the 512-thread grouped blocks of k = 5 at M = 1, 2 and
+//! of k = 2 at M = 2 past 64 registers, i.e. to one block per SM).
 //!
 //! # Activations and decode
 //!
@@ -298,10 +303,11 @@ unsafe fn fma_block<const M: usize, const K: usize>(
 /// The pointers describe an `[n_dim, k_dim]` runtime-layout matrix with its
 /// `2^K`-entry codebook, `rows` rows of activations (16-aligned) and of
 /// outputs; the launch has `C·S` threads and `Geometry::smem_bytes` of
-/// dynamic shared memory.
+/// dynamic shared memory. `GROUPED`: two tile buffers instead of three
+/// (module docs); the same arithmetic in the same order either way.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
+unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const GROUPED: bool>(
     packed: *const u32,
     scales: *const u8,
     cb: *const f32,
@@ -335,8 +341,10 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     let policy = ptx::policy_evict_first();
     let kt_of = |i: u32| (i << geo.log_slots) + slot;
     let ok = |i: u32| col_ok && kt_of(i) < k_tiles;
-    // `ahead` points at the next tile to load; loads run two tiles ahead of
-    // the math, into three buffers used in turn (no register moves).
+    // `ahead` points at the next tile to load. The first two tiles are
+    // requested in the prologue; then, with three buffers used in turn,
+    // loads run two tiles ahead of the math; with two, tile i + 2 is
+    // requested once tile i is done (no register moves either way).
     let mut ahead = Cursor::new::<K>(packed, scales, n_dim, n, slot as u64, geo.slots() as u64);
     let mut fetch = |i: u32, t: &mut Tile<K>| {
         if ok(i) {
@@ -380,7 +388,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
         }};
     }
     let mut i = 0;
-    while i < n_iter {
+    while !GROUPED && i < n_iter {
         fetch(i + 2, &mut tc);
         step!(i, ta);
         if i + 1 >= n_iter {
@@ -394,6 +402,16 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>>(
         fetch(i + 4, &mut tb);
         step!(i + 2, tc);
         i += 3;
+    }
+    while GROUPED && i < n_iter {
+        step!(i, ta);
+        fetch(i + 2, &mut ta);
+        if i + 1 >= n_iter {
+            break;
+        }
+        step!(i + 1, tb);
+        fetch(i + 3, &mut tb);
+        i += 2;
     }
 
     // Slot partials `red[slot][row][col]` over the staged activations, then
@@ -482,7 +500,7 @@ pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     k_dim: u32,
     geom: u32,
 ) {
-    unsafe { body::<M, K, T>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, ptx::bid()) }
+    unsafe { body::<M, K, T, false>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, ptx::bid()) }
 }
 
 /// Body of `kbit_grouped_gemv_m{M}_k{K}_{T}` (M = max_m): block
@@ -536,7 +554,7 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     let words = tile::words(n_dim as usize, k_dim as usize, K) as u64;
     let bytes = tile::scales(n_dim as usize, k_dim as usize) as u64;
     unsafe {
-        body::<M, K, T>(
+        body::<M, K, T, true>(
             packed.add((e * words) as usize),
             scales.add((e * bytes) as usize),
             cb,
