@@ -489,10 +489,12 @@ impl Context {
             return Err(Error::Alignment { what: "grouped_gemv: activations x", align: 16 });
         }
         let bits = experts.bits();
-        // At most min(experts, rows) experts have rows: they share the GPU.
+        // At most min(experts, rows) experts have rows: they share the GPU,
+        // one unit (an expert, or with as many experts as rows a row; see
+        // the kernels' `grouped_unit`) per block row of the grid.
         let units = num_experts.min(total_rows);
         let (f, launch) = self.kernels.gemv.launch(true, shape, max_m, bits, dtype, self.info(), units)?;
-        let blocks = total_rows as u64 * launch.col_blocks as u64;
+        let blocks = units as u64 * launch.col_blocks as u64;
         if blocks > i32::MAX as u64 || num_experts >= u32::MAX as usize {
             return Err(Error::TooLarge { n: shape.n, k: shape.k });
         }

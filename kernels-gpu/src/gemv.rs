@@ -65,11 +65,13 @@
 //!
 //! # Grouped
 //!
-//! The grid is `total_rows × column blocks`. Block `(row, cb)` finds the
-//! expert owning `row` (each warp counts the offsets `≤ row`, a cached scan
-//! with no dependent loads); only the block of an expert's first row
-//! works, on `min(rows, max_m)` rows. Empty experts own no row and launch
-//! nothing; the other row blocks exit after the scan.
+//! The grid is `units × column blocks`, `units = min(experts, total_rows)`
+//! (`crate::gemv::grouped_unit`). With fewer experts than rows, block
+//! `(e, cb)` works on expert `e`'s rows (none: it exits). Otherwise block
+//! `(row, cb)` finds the expert owning `row` (each warp counts the offsets
+//! `≤ row`, a cached scan with no dependent loads); only the block of an
+//! expert's first row works, and empty experts own no row and launch
+//! nothing. Either way at most `max_m` rows.
 
 use crate::elem::{Bf16, Elem, F16};
 use crate::ptx;
@@ -715,10 +717,52 @@ pub(crate) unsafe fn expert_of_row(offsets: *const u32, num_experts: u32, row: u
     count
 }
 
+/// The work of grouped unit `unit` (block `b` is unit `b / col_blocks`):
+/// `(expert, first row, rows)` with `rows` in `1..=max_m`, or `None`.
+///
+/// The host launches `min(num_experts, total_rows)` units. With fewer
+/// experts than rows a unit is an expert (its rows, if any); otherwise a
+/// unit is a row, and the unit of an expert's first row works for it. So
+/// every expert with rows is computed by exactly one unit, and the grid
+/// never has more units than there are experts or rows.
+///
+/// # Safety
+/// `offsets` holds `num_experts + 1` values; all threads of the block call
+/// it.
+#[inline(always)]
+pub(crate) unsafe fn grouped_unit(
+    offsets: *const u32,
+    num_experts: u32,
+    total_rows: u32,
+    max_m: u32,
+    unit: u32,
+) -> Option<(u32, u32, u32)> {
+    let (e, start, end) = if num_experts < total_rows {
+        let (start, end) = unsafe { (ptx::ld_nc_u32(offsets.add(unit as usize)), ptx::ld_nc_u32(offsets.add(unit as usize + 1))) };
+        (unit, start, end)
+    } else {
+        if unit >= total_rows {
+            return None;
+        }
+        let e = unsafe { expert_of_row(offsets, num_experts, unit) };
+        let (start, end) = unsafe { (ptx::ld_nc_u32(offsets.add(e as usize)), ptx::ld_nc_u32(offsets.add(e as usize + 1))) };
+        if start != unit {
+            return None;
+        }
+        (e, start, end)
+    };
+    if e >= num_experts || start >= total_rows {
+        return None;
+    }
+    let rows = end.saturating_sub(start).min(max_m).min(total_rows - start);
+    if rows == 0 { None } else { Some((e, start, rows)) }
+}
+
 /// Body of `kbit_grouped_gemv_m{M}_k{K}_{T}` (M = max_m): block
-/// `b = row·col_blocks + cb`; the block of an expert's first row computes
-/// column block `cb` of that expert's `min(rows, M, total_rows − row)` rows
-/// with exactly the dense code path; every other block returns.
+/// `b = unit·col_blocks + cb`; the block of an expert's unit
+/// (`grouped_unit`) computes column block `cb` of that expert's first
+/// `min(rows, M)` rows with exactly the dense code path; every other block
+/// returns.
 ///
 /// # Safety
 /// `packed`/`scales` hold `num_experts` matrices `[n_dim, k_dim]` back to
@@ -747,21 +791,11 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     ptx::after_producers();
     let Some(col_blocks) = NonZeroU32::new(col_blocks) else { return };
     let b = ptx::bid();
-    let row = b / col_blocks;
     let col_block = b % col_blocks;
-    if row >= total_rows {
+    let Some((e, row, rows)) = (unsafe { grouped_unit(offsets, num_experts, total_rows, M as u32, b / col_blocks) })
+    else {
         return;
-    }
-    let e = unsafe { expert_of_row(offsets, num_experts, row) };
-    let (start, end) =
-        unsafe { (ptx::ld_nc_u32(offsets.add(e as usize)), ptx::ld_nc_u32(offsets.add(e as usize + 1))) };
-    if start != row {
-        return;
-    }
-    let rows = end.saturating_sub(start).min(M as u32).min(total_rows - row);
-    if rows == 0 {
-        return;
-    }
+    };
     let e = e as u64;
     let words = tile::words(n_dim as usize, k_dim as usize, K) as u64;
     let bytes = tile::scales(n_dim as usize, k_dim as usize) as u64;

@@ -57,14 +57,16 @@
 //!
 //! # Grouped
 //!
-//! The grid is `total_rows × column blocks`. Block `(row, cb)` finds the
-//! expert owning `row` (each warp counts the offsets `≤ row`, a cached scan
-//! with no dependent loads); only the block of an expert's first row
-//! works, on `min(rows, max_m)` rows. Empty experts own no row and launch
-//! nothing; the other row blocks exit after the scan.
+//! The grid is `units × column blocks`, `units = min(experts, total_rows)`
+//! (`crate::gemv::grouped_unit`). With fewer experts than rows, block
+//! `(e, cb)` works on expert `e`'s rows (none: it exits). Otherwise block
+//! `(row, cb)` finds the expert owning `row` (each warp counts the offsets
+//! `≤ row`, a cached scan with no dependent loads); only the block of an
+//! expert's first row works, and empty experts own no row and launch
+//! nothing. Either way at most `max_m` rows.
 
 use crate::elem::{Bf16, Elem, F16};
-use crate::gemv::{build_table, each_octet, expert_of_row, lookup_at, lookup_words};
+use crate::gemv::{build_table, each_octet, grouped_unit, lookup_at, lookup_words};
 use crate::ptx;
 use crate::stage_x;
 use core::num::NonZeroU32;
@@ -504,9 +506,10 @@ pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>>(
 }
 
 /// Body of `kbit_grouped_gemv_m{M}_k{K}_{T}` (M = max_m): block
-/// `b = row·col_blocks + cb`; the block of an expert's first row computes
-/// column block `cb` of that expert's `min(rows, M, total_rows − row)` rows
-/// with exactly the dense code path; every other block returns.
+/// `b = unit·col_blocks + cb`; the block of an expert's unit
+/// (`grouped_unit`) computes column block `cb` of that expert's first
+/// `min(rows, M)` rows with exactly the dense code path; every other block
+/// returns.
 ///
 /// # Safety
 /// `packed`/`scales` hold `num_experts` matrices `[n_dim, k_dim]` back to
@@ -535,21 +538,11 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     ptx::after_producers();
     let Some(col_blocks) = NonZeroU32::new(col_blocks) else { return };
     let b = ptx::bid();
-    let row = b / col_blocks;
     let col_block = b % col_blocks;
-    if row >= total_rows {
+    let Some((e, row, rows)) = (unsafe { grouped_unit(offsets, num_experts, total_rows, M as u32, b / col_blocks) })
+    else {
         return;
-    }
-    let e = unsafe { expert_of_row(offsets, num_experts, row) };
-    let (start, end) =
-        unsafe { (ptx::ld_nc_u32(offsets.add(e as usize)), ptx::ld_nc_u32(offsets.add(e as usize + 1))) };
-    if start != row {
-        return;
-    }
-    let rows = end.saturating_sub(start).min(M as u32).min(total_rows - row);
-    if rows == 0 {
-        return;
-    }
+    };
     let e = e as u64;
     let words = tile::words(n_dim as usize, k_dim as usize, K) as u64;
     let bytes = tile::scales(n_dim as usize, k_dim as usize) as u64;
