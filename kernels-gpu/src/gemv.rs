@@ -738,14 +738,16 @@ pub(crate) unsafe fn grouped_unit(
     unit: u32,
 ) -> Option<(u32, u32, u32)> {
     let (e, start, end) = if num_experts < total_rows {
-        let (start, end) = unsafe { (ptx::ld_nc_u32(offsets.add(unit as usize)), ptx::ld_nc_u32(offsets.add(unit as usize + 1))) };
+        let (start, end) =
+            unsafe { (ptx::ld_nc_u32(offsets.add(unit as usize)), ptx::ld_nc_u32(offsets.add(unit as usize + 1))) };
         (unit, start, end)
     } else {
         if unit >= total_rows {
             return None;
         }
         let e = unsafe { expert_of_row(offsets, num_experts, unit) };
-        let (start, end) = unsafe { (ptx::ld_nc_u32(offsets.add(e as usize)), ptx::ld_nc_u32(offsets.add(e as usize + 1))) };
+        let (start, end) =
+            unsafe { (ptx::ld_nc_u32(offsets.add(e as usize)), ptx::ld_nc_u32(offsets.add(e as usize + 1))) };
         if start != unit {
             return None;
         }
