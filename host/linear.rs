@@ -155,21 +155,26 @@ fn mma_preferred_at_large_m(shape: Shape) -> bool {
 }
 
 /// Whether automatic dispatch prefers the MMA kernel to the scalar GEMV at
-/// M ≤ 4 (H100 tables, bench-results/NOTES.md):
-/// - M = 4 on matrices over 2^23 weights (at 4902760: Llama-3-70B gate/up,
-///   k = 4: 83.9 against 112.6 µs, k = 5: 118.1 against 142.9 µs; Qwen3
-///   gate/up, k = 5: 10.1 against 10.9 µs; GLM shared 17.4 against 17.9);
-///   `q` and `o` (exactly 2^23) stay within 2 % of the GEMV or ahead of it;
-/// - M = 3 at k ≤ 4 on 2^25 weights and more (70B, k = 4: 87.9 against
-///   104.1 µs; Llama-3-8B: 23.9 against 27.3 µs); at k = 5 the two tie
-///   (70B 118.8 µs each), so the GEMV keeps it;
-/// - never at M ≤ 2.
+/// M ≤ 4 (H100 tables at 691c372 and aecc894, which agree with e07b37a;
+/// `bench-results/`):
+/// - M = 4 on matrices over 2^23 weights, and at k ≤ 4 on 2^23 (`q`, `o`:
+///   k = 4 6.87 against 7.22 µs and 6.91 against 7.68; at k = 5 `q` runs
+///   7.94 µs on the GEMV against 8.32); Qwen3 gate/up k = 4 7.38 against
+///   9.76 µs, Llama-3-70B 80.3 against 120.3;
+/// - M = 3 at k ≤ 4 on matrices over 2^23 weights (Qwen3 gate/up k = 2 / 4:
+///   6.43 / 7.36 against 8.35 / 8.38 µs, `down` 7.72 against 8.17, GLM
+///   shared 12.9 against 13.9, Llama-3-70B 80.3 against 102.4); at k = 5
+///   the GEMV is ahead (70B 103.0 against 118.5 µs), and at 2^23 (`q`,
+///   `o`) it is ahead or even;
+/// - never at M ≤ 2 (the GEMV is ahead, or behind by at most 2 %, on
+///   every design and Llama shape; GLM shared at k = 2 is the exception:
+///   9.50 against 10.15 µs).
 fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32) -> bool {
-    let large = !kbit_format::gemv::uses_slots(shape.n, shape.k);
-    let medium = (shape.n as u64) * (shape.k as u64) > 1 << 23;
+    let weights = (shape.n as u64) * (shape.k as u64);
+    let over = weights > 1 << 23;
     match m {
-        4 => large || medium,
-        3 => large && bits <= 4,
+        4 => over || (weights == 1 << 23 && bits <= 4),
+        3 => over && bits <= 4,
         _ => false,
     }
 }

@@ -83,11 +83,10 @@ fn check_linear<T: Element>(
 /// The kernel automatic dispatch picks for M rows of a dense `shape`
 /// layer of `bits` bits.
 fn expected_kernel(m: usize, shape: Shape, bits: u32) -> Kernel {
-    let large = shape.n * shape.k >= 1 << 25;
-    let medium = shape.n * shape.k > 1 << 23;
+    let weights = shape.n * shape.k;
     match m {
-        4 if large || medium => Kernel::Mma,
-        3 if large && bits <= 4 => Kernel::Mma,
+        4 if weights > 1 << 23 || (weights == 1 << 23 && bits <= 4) => Kernel::Mma,
+        3 if weights > 1 << 23 && bits <= 4 => Kernel::Mma,
         1..=4 => Kernel::Scalar,
         5..=32 => Kernel::Mma,
         33..=64 if shape.k >= 4096 || shape.n * shape.k >= 1 << 24 => Kernel::Mma,
