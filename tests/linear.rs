@@ -167,6 +167,37 @@ fn linear_dispatch_on_a_large_matrix() {
 }
 
 #[test]
+fn linear_dispatch_at_m3_m4_around_2_23_weights() {
+    // At M = 3 and 4 the MMA kernel takes matrices over 2^23 weights at
+    // k ≤ 4 (M = 4: any k), and at M = 4 also exactly 2^23 at k ≤ 4; the
+    // GEMV keeps the rest. Every result checked against the reference.
+    let test = "linear_dispatch_at_m3_m4_around_2_23_weights";
+    let _serial = serial();
+    let Some(ctx) = common::gpu(test) else { return };
+    let mut rng = common::rng(test);
+    // (N, K, k, kernel at M = 3 and 4): exactly 2^23 weights (`q`), and
+    // more (Qwen3 gate/up).
+    let (gemv, mma) = (Kernel::Scalar, Kernel::Mma);
+    let cases = [
+        (4096, 2048, 4, [gemv, mma]),
+        (4096, 2048, 5, [gemv, gemv]),
+        (5120, 2048, 4, [mma, mma]),
+        (5120, 2048, 5, [gemv, mma]),
+    ];
+    for (n, k, bits, want) in cases {
+        let shape = Shape::new(n, k).unwrap();
+        let (w, host) = random_weight(&ctx, &mut rng, shape, bits);
+        let want_w = reference::dequantize_tiled::<f32>(&host);
+        let what = format!("[{n},{k}] k={bits}");
+        for (m, want) in [3, 4].into_iter().zip(want) {
+            let kernel = check_linear::<f16>(&ctx, &mut rng, &w, &want_w, m, &what);
+            assert_eq!(kernel, want, "{what}: dispatch at M = {m}");
+            assert_eq!(kernel, expected_kernel(m, shape, bits), "{what}: dispatch at M = {m}");
+        }
+    }
+}
+
+#[test]
 fn linear_accepts_views_and_small_then_large_weights() {
     // Row slices of larger buffers (as MoE expert batches are), and a
     // scratch buffer that has to grow between calls.
