@@ -145,54 +145,36 @@ fn linear_matches_reference_on_awkward_shapes() {
 }
 
 #[test]
-fn linear_dispatch_on_a_large_matrix() {
-    // 2^25 weights and more: the MMA kernel at M = 4, at M = 3 for k ≤ 4
-    // and at M = 48 (past the M ≤ 32 of every matrix); the scalar GEMV at
-    // M = 3 for k = 5 and at M ≤ 2; every result checked against the
-    // reference.
-    let test = "linear_dispatch_on_a_large_matrix";
+fn linear_dispatch_around_the_crossovers() {
+    // Past 2^23 weights the MMA kernel takes M = 4, and M = 3 at k ≤ 4; at
+    // exactly 2^23 (`q`) only M = 4 at k ≤ 4; the scalar GEMV the rest of
+    // M ≤ 4. M = 48: the MMA kernel on the large matrix (K ≥ 4096),
+    // dequant + cuBLAS on the short-K ones. Every result checked against
+    // the reference.
+    let test = "linear_dispatch_around_the_crossovers";
     let _serial = serial();
     let Some(ctx) = common::gpu(test) else { return };
     let mut rng = common::rng(test);
-    let shape = Shape::new(4100, 8192).unwrap();
-    for bits in [4, 5] {
-        let (w, host) = random_weight(&ctx, &mut rng, shape, bits);
-        let want_w = reference::dequantize_tiled::<f32>(&host);
-        let what = format!("[4100,8192] k={bits}");
-        for m in [2, 3, 4, 48] {
-            let kernel = check_linear::<f16>(&ctx, &mut rng, &w, &want_w, m, &what);
-            assert_eq!(kernel, expected_kernel(m, shape, bits), "{what}: dispatch at M = {m}");
-        }
-    }
-}
-
-#[test]
-fn linear_dispatch_at_m3_m4_around_2_23_weights() {
-    // At M = 3 and 4 the MMA kernel takes matrices over 2^23 weights at
-    // k ≤ 4 (M = 4: any k), and at M = 4 also exactly 2^23 at k ≤ 4; the
-    // GEMV keeps the rest. Every result checked against the reference.
-    let test = "linear_dispatch_at_m3_m4_around_2_23_weights";
-    let _serial = serial();
-    let Some(ctx) = common::gpu(test) else { return };
-    let mut rng = common::rng(test);
-    // (N, K, k, kernel at M = 3 and 4): exactly 2^23 weights (`q`), and
-    // more (Qwen3 gate/up).
-    let (gemv, mma) = (Kernel::Scalar, Kernel::Mma);
-    let cases = [
-        (4096, 2048, 4, [gemv, mma]),
-        (4096, 2048, 5, [gemv, gemv]),
-        (5120, 2048, 4, [mma, mma]),
-        (5120, 2048, 5, [gemv, mma]),
-    ];
-    for (n, k, bits, want) in cases {
+    // (N, K): 2^25 weights and more, exactly 2^23, and between (Qwen3
+    // gate/up).
+    for (n, k) in [(4100, 8192), (4096, 2048), (5120, 2048)] {
         let shape = Shape::new(n, k).unwrap();
-        let (w, host) = random_weight(&ctx, &mut rng, shape, bits);
-        let want_w = reference::dequantize_tiled::<f32>(&host);
-        let what = format!("[{n},{k}] k={bits}");
-        for (m, want) in [3, 4].into_iter().zip(want) {
-            let kernel = check_linear::<f16>(&ctx, &mut rng, &w, &want_w, m, &what);
-            assert_eq!(kernel, want, "{what}: dispatch at M = {m}");
-            assert_eq!(kernel, expected_kernel(m, shape, bits), "{what}: dispatch at M = {m}");
+        for bits in [4, 5] {
+            let (w, host) = random_weight(&ctx, &mut rng, shape, bits);
+            let want_w = reference::dequantize_tiled::<f32>(&host);
+            let what = format!("[{n},{k}] k={bits}");
+            for m in [2, 3, 4, 48] {
+                let kernel = check_linear::<f16>(&ctx, &mut rng, &w, &want_w, m, &what);
+                assert_eq!(kernel, expected_kernel(m, shape, bits), "{what}: dispatch at M = {m}");
+                let mma_at_small_m = match m {
+                    3 => n * k > 1 << 23 && bits <= 4,
+                    4 => n * k > 1 << 23 || bits <= 4,
+                    _ => false,
+                };
+                if m <= 4 {
+                    assert_eq!(kernel == Kernel::Mma, mma_at_small_m, "{what}: M = {m} via {kernel}");
+                }
+            }
         }
     }
 }
