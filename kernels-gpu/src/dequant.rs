@@ -13,7 +13,7 @@
 
 use crate::elem::Elem;
 use crate::ptx;
-use crate::tile_io::{Cached, PlaneWords, codebook_at, stage_codebook};
+use crate::tile_io::{PlaneWords, codebook_at, stage_codebook};
 use core::num::NonZeroU32;
 use kbit_format::{e4m4, planes, quant, tile};
 
@@ -102,7 +102,7 @@ unsafe fn fetch<const K: usize, L: Layout>(
     let b = (t / 4) as u32;
     let (n, kb) = ((b / kblocks) as u64, (b % kblocks) as u64);
     let (word, scale) = unsafe { L::block(scales, n_dim as u64, kblocks.get() as u64, n, kb, K as u64) };
-    Fetched { planes: unsafe { PlaneWords::load_with(Cached, packed.add(word as usize)) }, scale }
+    Fetched { planes: unsafe { PlaneWords::load(packed.add(word as usize)) }, scale }
 }
 
 /// Body of the `kbit_dequant_{flat,tiled}_k{K}_{T}` kernels.

@@ -3,51 +3,6 @@
 
 use crate::ptx;
 
-/// How plane words are read from global memory: 8- and 16-byte vector
-/// loads with one cache behaviour.
-pub trait PlaneLoad: Copy {
-    /// Two words at an 8-aligned address.
-    ///
-    /// # Safety
-    /// `p` is valid, 8-aligned and not written during the kernel.
-    unsafe fn v2(self, p: *const u32) -> [u32; 2];
-    /// Four words at a 16-aligned address.
-    ///
-    /// # Safety
-    /// `p` is valid, 16-aligned and not written during the kernel.
-    unsafe fn v4(self, p: *const u32) -> [u32; 4];
-}
-
-/// Read-only loads through the non-coherent path, default caching.
-#[derive(Clone, Copy)]
-pub struct Cached;
-
-/// Read-once loads: evict-first in L1, the given L2 cache policy.
-#[derive(Clone, Copy)]
-pub struct Streamed(pub u64);
-
-impl PlaneLoad for Cached {
-    #[inline(always)]
-    unsafe fn v2(self, p: *const u32) -> [u32; 2] {
-        unsafe { ptx::ld_nc_v2(p) }
-    }
-    #[inline(always)]
-    unsafe fn v4(self, p: *const u32) -> [u32; 4] {
-        unsafe { ptx::ld_nc_v4(p) }
-    }
-}
-
-impl PlaneLoad for Streamed {
-    #[inline(always)]
-    unsafe fn v2(self, p: *const u32) -> [u32; 2] {
-        unsafe { ptx::ld_stream_v2(p, self.0) }
-    }
-    #[inline(always)]
-    unsafe fn v4(self, p: *const u32) -> [u32; 4] {
-        unsafe { ptx::ld_stream_v4(p, self.0) }
-    }
-}
-
 /// Loads the `K` plane words of one quant block with as few load
 /// instructions as alignment allows. A block's planes start at a multiple of
 /// `K` words in both layouts, so k = 2 is 8-aligned and k = 4 16-aligned;
@@ -63,16 +18,7 @@ impl PlaneLoad for Streamed {
 /// `4·K` bytes for K = 2, 4.
 #[inline(always)]
 pub unsafe fn load_planes<const K: usize>(p: *const u32) -> [u32; K] {
-    unsafe { PlaneWords::<K>::load_with(Cached, p) }.planes()
-}
-
-/// [`load_planes`] with the cache behaviour `ld`.
-///
-/// # Safety
-/// As [`load_planes`].
-#[inline(always)]
-pub unsafe fn load_planes_with<const K: usize, L: PlaneLoad>(ld: L, p: *const u32) -> [u32; K] {
-    unsafe { PlaneWords::<K>::load_with(ld, p) }.planes()
+    unsafe { PlaneWords::<K>::load(p) }.planes()
 }
 
 /// The words [`load_planes`] loads, before the odd-k parity select: a
@@ -96,24 +42,24 @@ impl<const K: usize> PlaneWords<K> {
     /// # Safety
     /// As [`load_planes`].
     #[inline(always)]
-    pub unsafe fn load_with<L: PlaneLoad>(ld: L, p: *const u32) -> Self {
+    pub unsafe fn load(p: *const u32) -> Self {
         let mut odd = false;
         let words = unsafe {
             match K {
                 2 => {
-                    let a = ld.v2(p);
+                    let a = ptx::ld_nc_v2(p);
                     [a[0], a[1], 0, 0, 0, 0]
                 }
                 4 => {
-                    let a = ld.v4(p);
+                    let a = ptx::ld_nc_v4(p);
                     [a[0], a[1], a[2], a[3], 0, 0]
                 }
                 3 | 5 => {
                     odd = (p as usize / 4) & 1 == 1;
                     let base = p.sub(odd as usize);
-                    let a = ld.v2(base);
-                    let b = ld.v2(base.add(2));
-                    let c = if K == 5 { ld.v2(base.add(4)) } else { [0, 0] };
+                    let a = ptx::ld_nc_v2(base);
+                    let b = ptx::ld_nc_v2(base.add(2));
+                    let c = if K == 5 { ptx::ld_nc_v2(base.add(4)) } else { [0, 0] };
                     [a[0], a[1], b[0], b[1], c[0], c[1]]
                 }
                 _ => core::array::from_fn(|j| if j < K { ptx::ld_nc_u32(p.add(j)) } else { 0 }),
