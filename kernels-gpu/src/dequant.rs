@@ -79,29 +79,58 @@ struct Fetched<const K: usize, S> {
     scale: S,
 }
 
-/// Issues the loads for octet thread `t` (block `t / 4`), or returns zeros
-/// from `total = 4·n_dim·kblocks` on.
+/// Quant block `(n, kb)` of an octet thread: column `n`, block `kb` along K.
+#[derive(Clone, Copy)]
+struct BlockPos {
+    n: u32,
+    kb: u32,
+}
+
+impl BlockPos {
+    /// Splits block index `b` (`n·kblocks + kb`). Block indices fit in u32
+    /// (the host allows fewer than 2^32 blocks), so this is a 32-bit
+    /// division, not a 64-bit software routine, and the loop below makes it
+    /// twice per thread, not once per octet.
+    #[inline(always)]
+    fn of(b: u32, kblocks: NonZeroU32) -> Self {
+        Self { n: b / kblocks, kb: b % kblocks }
+    }
+
+    /// The block `step` blocks further, with `step` itself split by
+    /// [`BlockPos::of`] (so `step.kb < kblocks` and `kb` wraps at most once).
+    /// Positions past the matrix are computed but never loaded.
+    #[inline(always)]
+    fn advance(self, step: BlockPos, kblocks: NonZeroU32) -> Self {
+        let (mut n, mut kb) = (self.n.wrapping_add(step.n), self.kb + step.kb);
+        if kb >= kblocks.get() {
+            kb -= kblocks.get();
+            n = n.wrapping_add(1);
+        }
+        Self { n, kb }
+    }
+}
+
+/// Issues the loads of quant block `at` for an octet thread whose octet
+/// index is `t` (zeros from `total = 4·n_dim·kblocks` on).
 ///
 /// # Safety
-/// `packed`/`scales` describe an `[n_dim, 32·kblocks]` matrix in layout `L`.
+/// `packed`/`scales` describe an `[n_dim, 32·kblocks]` matrix in layout `L`,
+/// and `at` is the block of octet `t` while `t < total`.
 #[inline(always)]
 unsafe fn fetch<const K: usize, L: Layout>(
     packed: *const u32,
     scales: *const L::Scale,
     n_dim: u32,
     kblocks: NonZeroU32,
+    at: BlockPos,
     t: u64,
     total: u64,
 ) -> Fetched<K, L::Scale> {
     if t >= total {
         return Fetched { planes: PlaneWords::ZERO, scale: L::ZERO };
     }
-    // Block indices fit in u32 (the host allows fewer than 2^32 blocks), so
-    // the row/column split is a 32-bit division, not a 64-bit software
-    // routine.
-    let b = (t / 4) as u32;
-    let (n, kb) = ((b / kblocks) as u64, (b % kblocks) as u64);
-    let (word, scale) = unsafe { L::block(scales, n_dim as u64, kblocks.get() as u64, n, kb, K as u64) };
+    let (word, scale) =
+        unsafe { L::block(scales, n_dim as u64, kblocks.get() as u64, at.n as u64, at.kb as u64, K as u64) };
     Fetched { planes: unsafe { PlaneWords::load(packed.add(word as usize)) }, scale }
 }
 
@@ -110,7 +139,8 @@ unsafe fn fetch<const K: usize, L: Layout>(
 /// # Safety
 /// `packed`/`scales` describe an `[n_dim, k_dim]` matrix in layout `L`,
 /// `cb` holds `2^K` floats, `out` has room for `n_dim·k_dim` elements and is
-/// 16-byte aligned; the launch has ≥ 128 bytes of dynamic shared memory.
+/// 16-byte aligned; the launch has ≥ 128 bytes of dynamic shared memory and
+/// a block size that is a multiple of 4.
 #[inline(always)]
 pub unsafe fn run<const K: usize, L: Layout, T: Elem>(
     packed: *const u32,
@@ -124,14 +154,25 @@ pub unsafe fn run<const K: usize, L: Layout, T: Elem>(
     // divisions carry no division-by-zero panic path.
     let Some(kblocks) = NonZeroU32::new(k_dim / 32) else { return };
     let total = n_dim as u64 * kblocks.get() as u64 * 4;
+    // The stride is a multiple of 4 (the block size is), so a thread keeps
+    // its octet `t % 4` and steps `stride / 4` quant blocks at a time. The
+    // step is split when a thread first has a next octet (on small matrices
+    // most threads have none).
     let stride = ptx::grid_threads();
+    let mut step = None;
     let mut t = ptx::global_tid();
-    let mut cur = unsafe { fetch::<K, L>(packed, scales, n_dim, kblocks, t, total) };
+    let q = (t % 4) as u32;
+    let mut at = BlockPos::of((t / 4) as u32, kblocks);
+    let mut cur = unsafe { fetch::<K, L>(packed, scales, n_dim, kblocks, at, t, total) };
     let book = unsafe { stage_codebook::<K>(cb) };
     while t < total {
-        let next = unsafe { fetch::<K, L>(packed, scales, n_dim, kblocks, t + stride, total) };
+        if t + stride < total {
+            let s = *step.get_or_insert_with(|| BlockPos::of((stride / 4) as u32, kblocks));
+            at = at.advance(s, kblocks);
+        }
+        let next = unsafe { fetch::<K, L>(packed, scales, n_dim, kblocks, at, t + stride, total) };
         let amax = L::decode(cur.scale);
-        let idx = planes::octet::<K>(&cur.planes.planes(), (t % 4) as u32);
+        let idx = planes::octet::<K>(&cur.planes.planes(), q);
         let v = idx.map(|i| quant::dequant(unsafe { codebook_at(book, i) }, amax));
         unsafe { T::store8(out.add((t * 8) as usize), v) };
         cur = next;

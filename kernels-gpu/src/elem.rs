@@ -24,9 +24,11 @@ pub struct Bf16;
 /// IEEE single precision.
 pub struct F32;
 
+/// Eight values as four pairs through a two-value conversion (`lo` in the
+/// low half of each word).
 #[inline(always)]
-fn pair(lo: u16, hi: u16) -> u32 {
-    lo as u32 | (hi as u32) << 16
+fn pairs(v: [f32; 8], cvt: impl Fn(f32, f32) -> u32) -> [u32; 4] {
+    [cvt(v[0], v[1]), cvt(v[2], v[3]), cvt(v[4], v[5]), cvt(v[6], v[7])]
 }
 
 impl Elem for F16 {
@@ -41,8 +43,7 @@ impl Elem for F16 {
     }
     #[inline(always)]
     unsafe fn store8(p: *mut u16, v: [f32; 8]) {
-        let h = v.map(ptx::f32_to_f16);
-        unsafe { ptx::st_v4(p as *mut u32, [pair(h[0], h[1]), pair(h[2], h[3]), pair(h[4], h[5]), pair(h[6], h[7])]) }
+        unsafe { ptx::st_v4(p as *mut u32, pairs(v, ptx::f32x2_to_f16x2)) }
     }
 }
 
@@ -58,8 +59,7 @@ impl Elem for Bf16 {
     }
     #[inline(always)]
     unsafe fn store8(p: *mut u16, v: [f32; 8]) {
-        let h = v.map(ptx::f32_to_bf16);
-        unsafe { ptx::st_v4(p as *mut u32, [pair(h[0], h[1]), pair(h[2], h[3]), pair(h[4], h[5]), pair(h[6], h[7])]) }
+        unsafe { ptx::st_v4(p as *mut u32, pairs(v, ptx::f32x2_to_bf16x2)) }
     }
 }
 

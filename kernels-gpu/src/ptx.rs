@@ -279,6 +279,24 @@ pub fn f32_to_bf16(x: f32) -> u16 {
     r
 }
 
+/// `cvt.rn.f16x2.f32`: two f32 → one f16 pair (`lo` in bits 0..16), each
+/// rounded to nearest even: one conversion for two values. sm_80.
+#[inline(always)]
+pub fn f32x2_to_f16x2(lo: f32, hi: f32) -> u32 {
+    let r: u32;
+    unsafe { asm!("cvt.rn.f16x2.f32 {r}, {hi}, {lo};", r = out(reg32) r, hi = in(reg32) hi, lo = in(reg32) lo) }
+    r
+}
+
+/// `cvt.rn.bf16x2.f32`: two f32 → one bf16 pair (`lo` in bits 0..16), each
+/// rounded to nearest even. sm_80.
+#[inline(always)]
+pub fn f32x2_to_bf16x2(lo: f32, hi: f32) -> u32 {
+    let r: u32;
+    unsafe { asm!("cvt.rn.bf16x2.f32 {r}, {hi}, {lo};", r = out(reg32) r, hi = in(reg32) hi, lo = in(reg32) lo) }
+    r
+}
+
 /// `cvt.f32.f16`: exact widening of f16 bits. sm_20.
 #[inline(always)]
 pub fn f16_to_f32(h: u16) -> f32 {
