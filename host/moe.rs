@@ -18,7 +18,7 @@ use crate::context::STATUS_EXPERT_ROWS;
 use crate::cublas_gemm::RowMajorGemm;
 use crate::device::dptr;
 use crate::{Context, Dtype, Element, Error, KbitExperts, Kernel, Result};
-use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
+use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 
 /// Largest `max_m` the grouped scalar GEMV serves.
 const GROUPED_SCALAR_MAX_M: usize = 4;
@@ -142,7 +142,7 @@ impl Context {
             unsafe { s.launch_builder(&f.f).arg(&pp).arg(&sp).arg(&cp).arg(&ws).arg(&op).arg(&n).arg(&k).launch(cfg) }?;
             // 2. Gather x rows into the padded per-expert batch.
             let status = self.status_ptr(STATUS_EXPERT_ROWS);
-            let cfg = self.grid_stride(padded as u64 * shape.k as u64, 0);
+            let cfg = self.rows_launch(padded, shape.k);
             let g = &self.kernels.moe_rows[0];
             unsafe {
                 s.launch_builder(g).arg(&xp).arg(&op).arg(&xs).arg(&status).arg(&ne).arg(&mm).arg(&k).launch(cfg)
@@ -153,7 +153,7 @@ impl Context {
             // Sizes were checked to fit i32 above (padded rows × K, N < 2^32).
             unsafe { gemm.run(handle) }?;
             // 4. Scatter each expert's real rows to y.
-            let cfg = self.grid_stride(padded as u64 * shape.n as u64, 0);
+            let cfg = self.rows_launch(padded, shape.n);
             let sc = &self.kernels.moe_rows[1];
             unsafe { s.launch_builder(sc).arg(&ys).arg(&op).arg(&yp).arg(&ne).arg(&mm).arg(&n).launch(cfg) }?;
             Ok(())
@@ -162,6 +162,17 @@ impl Context {
 }
 
 impl Context {
+    /// The launch of a row gather/scatter over `rows` padded rows of `cols`
+    /// elements: a block per row (rows past 16 blocks per SM are taken in
+    /// a grid-stride loop), as many threads as the row has 16-byte chunks
+    /// (32 to 256).
+    fn rows_launch(&self, rows: usize, cols: usize) -> LaunchConfig {
+        let pieces = if cols % 8 == 0 { cols / 8 } else { cols };
+        let threads = pieces.next_power_of_two().clamp(32, 256) as u32;
+        let blocks = rows.clamp(1, self.info().sm_count as usize * 16) as u32;
+        LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
+    }
+
     /// Concatenates device weights of equal shape and codebook into
     /// [`KbitExperts`] with device-to-device copies (asynchronous), e.g.
     /// after quantizing each expert on the GPU.

@@ -70,7 +70,7 @@ fn check<T: Element>(
 fn expert_linear_dispatches_by_max_m_and_matches_reference() {
     let Some(ctx) = common::gpu("expert_linear_dispatches_by_max_m_and_matches_reference") else { return };
     let mut rng = common::rng("expert_linear_dispatches_by_max_m_and_matches_reference");
-    for (bits, k, n) in [(4, 2048, 512), (2, 512, 2048), (3, 96, 72), (5, 2048, 512)] {
+    for (bits, k, n) in [(4, 2048, 512), (2, 512, 2048), (3, 96, 72), (3, 96, 36), (5, 2048, 512)] {
         let case = make_experts(&ctx, &mut rng, 8, k, n, bits);
         let small = [1, 3, 0, 2, 4, 1, 0, 4];
         assert_eq!(check::<f16>(&ctx, &mut rng, &case, &small, 4), Kernel::GroupedScalar);
@@ -113,4 +113,34 @@ fn expert_linear_edge_cases() {
     ctx.force_kernel(Some(Kernel::GroupedScalar)).unwrap();
     assert!(matches!(ctx.expert_linear(&x, &off, 5, &case.experts, &mut y), Err(Error::NotApplicable { .. })));
     ctx.force_kernel(None).unwrap();
+}
+
+/// The cuBLAS path's row gather/scatter moves 16-byte chunks where the row
+/// length and the arrays allow, single elements otherwise: activations and
+/// outputs one element past an aligned start must give the same bits.
+#[test]
+fn expert_linear_unaligned_rows_match_aligned() {
+    let Some(ctx) = common::gpu("expert_linear_unaligned_rows_match_aligned") else { return };
+    let mut rng = common::rng("expert_linear_unaligned_rows_match_aligned");
+    let case = make_experts(&ctx, &mut rng, 4, 256, 64, 4);
+    // Rows per expert: 6, 0, 9, 5.
+    let (shape, total) = (case.shape, 20);
+    let off = ctx.stream().clone_htod(&[0u32, 6, 6, 15, 20]).unwrap();
+    // x and y at element 1 of their buffers (2 bytes past a 256-byte start).
+    let x: Vec<f16> = common::uniform(&mut rng, total * shape.k + 1);
+    let dx = ctx.stream().clone_htod(&x).unwrap();
+    let mut y_aligned = ctx.stream().clone_htod(&vec![f16::NAN; total * shape.n]).unwrap();
+    let mut y_shifted = ctx.stream().clone_htod(&vec![f16::NAN; total * shape.n + 1]).unwrap();
+    let x_aligned = ctx.stream().clone_htod(&x[1..]).unwrap();
+    assert_eq!(ctx.expert_linear(&x_aligned, &off, 9, &case.experts, &mut y_aligned).unwrap(), Kernel::DequantCublas);
+    let mut y_view = y_shifted.slice_mut(1..);
+    ctx.expert_linear(&dx.slice(1..), &off, 9, &case.experts, &mut y_view).unwrap();
+    ctx.synchronize().unwrap();
+    let (a, b) = (ctx.stream().clone_dtoh(&y_aligned).unwrap(), ctx.stream().clone_dtoh(&y_shifted).unwrap());
+    assert!(b[0].is_nan(), "the element before the outputs was written");
+    assert!(a.iter().all(|v| v.is_finite()), "an output row was not written");
+    assert_eq!(
+        a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        b[1..].iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
 }
