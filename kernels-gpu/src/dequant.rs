@@ -155,21 +155,16 @@ pub unsafe fn run<const K: usize, L: Layout, T: Elem>(
     let Some(kblocks) = NonZeroU32::new(k_dim / 32) else { return };
     let total = n_dim as u64 * kblocks.get() as u64 * 4;
     // The stride is a multiple of 4 (the block size is), so a thread keeps
-    // its octet `t % 4` and steps `stride / 4` quant blocks at a time. The
-    // step is split when a thread first has a next octet (on small matrices
-    // most threads have none).
+    // its octet `t % 4` and steps `stride / 4` quant blocks at a time.
     let stride = ptx::grid_threads();
-    let mut step = None;
+    let step = BlockPos::of((stride / 4) as u32, kblocks);
     let mut t = ptx::global_tid();
     let q = (t % 4) as u32;
     let mut at = BlockPos::of((t / 4) as u32, kblocks);
     let mut cur = unsafe { fetch::<K, L>(packed, scales, n_dim, kblocks, at, t, total) };
     let book = unsafe { stage_codebook::<K>(cb) };
     while t < total {
-        if t + stride < total {
-            let s = *step.get_or_insert_with(|| BlockPos::of((stride / 4) as u32, kblocks));
-            at = at.advance(s, kblocks);
-        }
+        at = at.advance(step, kblocks);
         let next = unsafe { fetch::<K, L>(packed, scales, n_dim, kblocks, at, t + stride, total) };
         let amax = L::decode(cur.scale);
         let idx = planes::octet::<K>(&cur.planes.planes(), q);
