@@ -23,7 +23,9 @@ pub struct Shape {
 
 impl Shape {
     /// Validates N ≥ 1, K a positive multiple of 32, and fewer than 2^32 − 1
-    /// quant blocks (the kernels index blocks with u32 in error reports).
+    /// quant blocks, counting the zero half tile of the runtime layout when
+    /// `K % 64 == 32` (the kernels index blocks and their storage slots with
+    /// u32).
     pub fn new(n: usize, k: usize) -> Result<Self> {
         if n == 0 {
             return Err(Error::OutFeatures);
@@ -31,7 +33,7 @@ impl Shape {
         if k == 0 || k % 32 != 0 {
             return Err(Error::InFeatures(k));
         }
-        let blocks = n.checked_mul(k / 32).ok_or(Error::TooLarge { n, k })?;
+        let blocks = n.checked_mul(k.div_ceil(64) * 2).ok_or(Error::TooLarge { n, k })?;
         if blocks >= u32::MAX as usize || n > u32::MAX as usize || k > u32::MAX as usize {
             return Err(Error::TooLarge { n, k });
         }

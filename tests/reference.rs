@@ -213,6 +213,9 @@ fn argument_errors_name_the_problem() {
     assert!(matches!(Shape::new(4, 0), Err(Error::InFeatures(0))));
     assert!(matches!(Shape::new(0, 32), Err(Error::OutFeatures)));
     assert!(matches!(Shape::new(1 << 20, 1 << 20), Err(Error::TooLarge { .. })));
+    // K = 96: 3 quant blocks per row, 4 storage slots (the zero half tile).
+    assert!(Shape::new(1_000_000_000, 96).is_ok());
+    assert!(matches!(Shape::new(1_200_000_000, 96), Err(Error::TooLarge { .. })));
     let shape = Shape::new(2, 64).unwrap();
     let cb = Codebook::nf(3).unwrap();
     let e = reference::quantize(&[0.0f32; 100], shape, &cb).unwrap_err();

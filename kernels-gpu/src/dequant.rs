@@ -10,31 +10,34 @@
 //! loads in flight while it decodes and writes the current one, and its
 //! first loads are issued before the codebook is staged, so the two first
 //! latencies overlap.
+//!
+//! Decode: byte `q` of the planes are gathered by byte permutes into an 8×8
+//! bit matrix whose transpose holds each element's codebook byte offset
+//! (`PlaneWords::octet_offsets`), so a lookup is one permute and one
+//! shared-memory load. Positions and storage slots are 32-bit (the host
+//! bounds the matrix); only the pointers are 64-bit.
 
 use crate::elem::Elem;
 use crate::ptx;
-use crate::tile_io::{PlaneWords, codebook_at, stage_codebook};
+use crate::tile_io::{PlaneWords, codebook_at_offset, octet_offset, stage_codebook};
 use core::num::NonZeroU32;
-use kbit_format::{e4m4, planes, quant, tile};
+use kbit_format::{e4m4, quant, tile};
 
 /// Where a quant block's planes and scale live.
 pub trait Layout {
     /// Scale storage: f32 (flat) or an E4M4 byte (runtime).
     type Scale: Copy;
-    /// A scale for the loads past the end (never decoded into an output).
+    /// The scale of a thread with no block (never decoded into an output).
     const ZERO: Self::Scale;
-    /// Word offset of the block's plane 0, and its scale as stored.
+    /// The block's storage slot: its planes are words `slot·k ..`, its
+    /// scale is entry `slot`. Below 2^32 − 1 in both layouts (the host
+    /// checks the shape), so 32-bit math.
+    fn slot(n_dim: u32, kblocks: u32, at: BlockPos) -> u32;
+    /// Loads the scale of slot `slot`.
     ///
     /// # Safety
-    /// `(n, kb)` is inside the matrix the pointers describe.
-    unsafe fn block(
-        scales: *const Self::Scale,
-        n_dim: u64,
-        kblocks: u64,
-        n: u64,
-        kb: u64,
-        bits: u64,
-    ) -> (u64, Self::Scale);
+    /// `slot` is a block's slot of the matrix `scales` belongs to.
+    unsafe fn scale(scales: *const Self::Scale, slot: u32) -> Self::Scale;
     /// The scale's value.
     fn decode(s: Self::Scale) -> f32;
 }
@@ -48,9 +51,12 @@ impl Layout for Flat {
     type Scale = f32;
     const ZERO: f32 = 0.0;
     #[inline(always)]
-    unsafe fn block(scales: *const f32, _n_dim: u64, kblocks: u64, n: u64, kb: u64, bits: u64) -> (u64, f32) {
-        let b = n * kblocks + kb;
-        (b * bits, unsafe { *scales.add(b as usize) })
+    fn slot(_n_dim: u32, kblocks: u32, at: BlockPos) -> u32 {
+        at.n * kblocks + at.kb
+    }
+    #[inline(always)]
+    unsafe fn scale(scales: *const f32, slot: u32) -> f32 {
+        unsafe { *scales.add(slot as usize) }
     }
     #[inline(always)]
     fn decode(s: f32) -> f32 {
@@ -61,10 +67,14 @@ impl Layout for Flat {
 impl Layout for Tiled {
     type Scale = u8;
     const ZERO: u8 = 0;
+    /// `tile::scale_index` (= `tile::word_index / k`) in 32 bits.
     #[inline(always)]
-    unsafe fn block(scales: *const u8, n_dim: u64, _kblocks: u64, n: u64, kb: u64, bits: u64) -> (u64, u8) {
-        let s = unsafe { ptx::ld_nc_u8(scales.add(tile::scale_index(n_dim, n, kb) as usize)) };
-        (tile::word_index(n_dim, n, kb, bits), s)
+    fn slot(n_dim: u32, _kblocks: u32, at: BlockPos) -> u32 {
+        ((at.kb >> 1) * n_dim + at.n) * 2 + (at.kb & 1)
+    }
+    #[inline(always)]
+    unsafe fn scale(scales: *const u8, slot: u32) -> u8 {
+        unsafe { ptx::ld_nc_u8(scales.add(slot as usize)) }
     }
     #[inline(always)]
     fn decode(s: u8) -> f32 {
@@ -81,7 +91,7 @@ struct Fetched<const K: usize, S> {
 
 /// Quant block `(n, kb)` of an octet thread: column `n`, block `kb` along K.
 #[derive(Clone, Copy)]
-struct BlockPos {
+pub struct BlockPos {
     n: u32,
     kb: u32,
 }
@@ -98,7 +108,6 @@ impl BlockPos {
 
     /// The block `step` blocks further, with `step` itself split by
     /// [`BlockPos::of`] (so `step.kb < kblocks` and `kb` wraps at most once).
-    /// Positions past the matrix are computed but never loaded.
     #[inline(always)]
     fn advance(self, step: BlockPos, kblocks: NonZeroU32) -> Self {
         let (mut n, mut kb) = (self.n.wrapping_add(step.n), self.kb + step.kb);
@@ -110,12 +119,11 @@ impl BlockPos {
     }
 }
 
-/// Issues the loads of quant block `at` for an octet thread whose octet
-/// index is `t` (zeros from `total = 4·n_dim·kblocks` on).
+/// Issues the loads of quant block `at`.
 ///
 /// # Safety
-/// `packed`/`scales` describe an `[n_dim, 32·kblocks]` matrix in layout `L`,
-/// and `at` is the block of octet `t` while `t < total`.
+/// `packed`/`scales` describe an `[n_dim, 32·kblocks]` matrix in layout
+/// `L`, and `at` is one of its blocks.
 #[inline(always)]
 unsafe fn fetch<const K: usize, L: Layout>(
     packed: *const u32,
@@ -123,24 +131,19 @@ unsafe fn fetch<const K: usize, L: Layout>(
     n_dim: u32,
     kblocks: NonZeroU32,
     at: BlockPos,
-    t: u64,
-    total: u64,
 ) -> Fetched<K, L::Scale> {
-    if t >= total {
-        return Fetched { planes: PlaneWords::ZERO, scale: L::ZERO };
-    }
-    let (word, scale) =
-        unsafe { L::block(scales, n_dim as u64, kblocks.get() as u64, at.n as u64, at.kb as u64, K as u64) };
-    Fetched { planes: unsafe { PlaneWords::load(packed.add(word as usize)) }, scale }
+    let slot = L::slot(n_dim, kblocks.get(), at);
+    let words = packed.wrapping_add(slot as usize * K);
+    unsafe { Fetched { planes: PlaneWords::load(words), scale: L::scale(scales, slot) } }
 }
 
 /// Body of the `kbit_dequant_{flat,tiled}_k{K}_{T}` kernels.
 ///
 /// # Safety
-/// `packed`/`scales` describe an `[n_dim, k_dim]` matrix in layout `L`,
-/// `cb` holds `2^K` floats, `out` has room for `n_dim·k_dim` elements and is
-/// 16-byte aligned; the launch has ≥ 128 bytes of dynamic shared memory and
-/// a block size that is a multiple of 4.
+/// `packed`/`scales` describe an `[n_dim, k_dim]` matrix in layout `L`
+/// (`packed` 16-byte aligned), `cb` holds `2^K` floats, `out` has room for
+/// `n_dim·k_dim` elements and is 16-byte aligned; the launch has ≥ 128
+/// bytes of dynamic shared memory and a block size that is a multiple of 4.
 #[inline(always)]
 pub unsafe fn run<const K: usize, L: Layout, T: Elem>(
     packed: *const u32,
@@ -153,25 +156,41 @@ pub unsafe fn run<const K: usize, L: Layout, T: Elem>(
     // Non-zero by construction (the host rejects K < 32), typed so that the
     // divisions carry no division-by-zero panic path.
     let Some(kblocks) = NonZeroU32::new(k_dim / 32) else { return };
-    let total = n_dim as u64 * kblocks.get() as u64 * 4;
+    let blocks = n_dim.wrapping_mul(kblocks.get());
     // The stride is a multiple of 4 (the block size is), so a thread keeps
-    // its octet `t % 4` and steps `stride / 4` quant blocks at a time.
+    // its octet `t % 4` and steps `stride / 4` quant blocks at a time; the
+    // block counter `b` and the position `at` move together, in 32 bits.
     let stride = ptx::grid_threads();
-    let step = BlockPos::of((stride / 4) as u32, kblocks);
-    let mut t = ptx::global_tid();
+    let step_blocks = (stride / 4) as u32;
+    let step = BlockPos::of(step_blocks, kblocks);
+    // `b < more_below` ⇔ the thread has a block after `b` (no overflow).
+    let more_below = blocks.saturating_sub(step_blocks);
+    let t = ptx::global_tid();
     let q = (t % 4) as u32;
-    let mut at = BlockPos::of((t / 4) as u32, kblocks);
-    let mut cur = unsafe { fetch::<K, L>(packed, scales, n_dim, kblocks, at, t, total) };
+    let mut b = (t / 4) as u32;
+    let mut at = BlockPos::of(b, kblocks);
+    let mut cur = Fetched { planes: PlaneWords::ZERO, scale: L::ZERO };
+    if b < blocks {
+        cur = unsafe { fetch::<K, L>(packed, scales, n_dim, kblocks, at) };
+    }
     let book = unsafe { stage_codebook::<K>(cb) };
-    while t < total {
-        at = at.advance(step, kblocks);
-        let next = unsafe { fetch::<K, L>(packed, scales, n_dim, kblocks, at, t + stride, total) };
+    let mut dst = out.wrapping_add(t as usize * 8);
+    while b < blocks {
+        // Prefetch the next block; the last trip loads its own block again
+        // (an L1 hit) rather than branching around the loads.
+        let more = b < more_below;
+        if more {
+            at = at.advance(step, kblocks);
+        }
+        let next = unsafe { fetch::<K, L>(packed, scales, n_dim, kblocks, at) };
         let amax = L::decode(cur.scale);
-        let idx = planes::octet::<K>(&cur.planes.planes(), q);
-        let v = idx.map(|i| quant::dequant(unsafe { codebook_at(book, i) }, amax));
-        unsafe { T::store8(out.add((t * 8) as usize), v) };
+        let offs = cur.planes.octet_offsets(q);
+        let v: [f32; 8] =
+            core::array::from_fn(|e| quant::dequant(unsafe { codebook_at_offset(book, octet_offset(&offs, e)) }, amax));
+        unsafe { T::store8(dst, v) };
+        dst = dst.wrapping_add(stride as usize * 8);
+        b = if more { b + step_blocks } else { blocks };
         cur = next;
-        t += stride;
     }
 }
 

@@ -231,6 +231,39 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// `ld.global.nc.L2::256B.v2.b32`: [`ld_nc_v2`] whose L2 miss fetches the
+/// whole aligned 256-byte span from DRAM. For a stream whose neighbouring
+/// bytes other warps read soon after (the runtime layout read along K: a
+/// column's tile is 8·k bytes, its neighbours the next columns'), one DRAM
+/// burst then serves them all. sm_75.
+///
+/// # Safety
+/// As [`ld_nc_v2`].
+#[inline(always)]
+pub unsafe fn ld_nc_v2_l2_256(p: *const u32) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    unsafe {
+        asm!("ld.global.nc.L2::256B.v2.b32 {{{a}, {b}}}, [{p}];",
+             a = out(reg32) a, b = out(reg32) b, p = in(reg64) p)
+    }
+    [a, b]
+}
+
+/// `ld.global.nc.L2::256B.v4.b32`: [`ld_nc_v4`] with the 256-byte L2 fetch
+/// of [`ld_nc_v2_l2_256`]. sm_75.
+///
+/// # Safety
+/// As [`ld_nc_v4`].
+#[inline(always)]
+pub unsafe fn ld_nc_v4_l2_256(p: *const u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    unsafe {
+        asm!("ld.global.nc.L2::256B.v4.b32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+             a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg64) p)
+    }
+    [a, b, c, d]
+}
+
 /// `ld.global.nc.u8`: one E4M4 scale byte. sm_35.
 ///
 /// # Safety
