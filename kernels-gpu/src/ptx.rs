@@ -203,20 +203,6 @@ pub unsafe fn ld_nc_u32(p: *const u32) -> u32 {
     r
 }
 
-/// `ld.global.nc.v2.b32`: 8-byte read-only load (2-bit planes). sm_35.
-///
-/// # Safety
-/// As [`ld_nc_u32`], 8-aligned.
-#[inline(always)]
-pub unsafe fn ld_nc_v2(p: *const u32) -> [u32; 2] {
-    let (a, b): (u32, u32);
-    unsafe {
-        asm!("ld.global.nc.v2.b32 {{{a}, {b}}}, [{p}];",
-             a = out(reg32) a, b = out(reg32) b, p = in(reg64) p)
-    }
-    [a, b]
-}
-
 /// `ld.global.nc.v4.b32`: 16-byte read-only load (4-bit planes). sm_35.
 ///
 /// # Safety
@@ -231,14 +217,14 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
-/// `ld.global.nc.L2::256B.v2.b32`: [`ld_nc_v2`] whose L2 miss fetches the
-/// whole aligned 256-byte span from DRAM. For a stream whose neighbouring
+/// `ld.global.nc.L2::256B.v2.b32`: 8-byte read-only load whose L2 miss
+/// fetches the whole aligned 256-byte span from DRAM. For a stream whose neighbouring
 /// bytes other warps read soon after (the runtime layout read along K: a
 /// column's tile is 8·k bytes, its neighbours the next columns'), one DRAM
 /// burst then serves them all. sm_75.
 ///
 /// # Safety
-/// As [`ld_nc_v2`].
+/// As [`ld_nc_u32`], 8-aligned.
 #[inline(always)]
 pub unsafe fn ld_nc_v2_l2_256(p: *const u32) -> [u32; 2] {
     let (a, b): (u32, u32);
