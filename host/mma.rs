@@ -18,7 +18,7 @@
 use crate::context::SMEM_RESERVED_PER_BLOCK;
 use crate::device::dptr;
 use crate::launch::{self, args};
-use crate::module::{MMA_M_BLOCKS, MMA_STREAM, MMA_TILE_N, mma_slot, names};
+use crate::module::{MMA_GROUPED_TILE_N, MMA_M_BLOCKS, MMA_STREAM, MMA_TILE_N, mma_grouped_slot, mma_slot, names};
 use crate::splitk::{self, Limits, Plan, Splits, TileConfig};
 use crate::weight::check_len;
 use crate::{Context, DeviceInfo, Dtype, Element, Error, KbitWeight, Result};
@@ -65,8 +65,8 @@ struct Instance {
 /// and the split-K workspace and counters.
 pub(crate) struct MmaState {
     instances: Vec<Option<Instance>>,
-    workspace: CudaSlice<f32>,
-    counters: CudaSlice<u32>,
+    pub(crate) workspace: CudaSlice<f32>,
+    pub(crate) counters: CudaSlice<u32>,
 }
 
 impl MmaState {
@@ -91,11 +91,20 @@ impl MmaState {
                 keys.push((bits, mb, 128, d, true));
             }
         }
-        let mut instances = Vec::with_capacity(keys.len());
+        let mut instances = Vec::with_capacity(kernels.mma.len());
         for (bits, mb, tn, d, sk) in keys {
             let slot = mma_slot(bits, mb, tn, d, sk).expect("mma table order");
             debug_assert_eq!(instances.len(), slot);
             instances.push(Self::instance(&kernels.mma[slot], bits, mb, tn, info)?);
+        }
+        for bits in crate::module::BITS {
+            for mb in MMA_M_BLOCKS {
+                for d in [Dtype::F16, Dtype::Bf16] {
+                    let slot = mma_grouped_slot(bits, mb, d).expect("mma table order");
+                    debug_assert_eq!(instances.len(), slot);
+                    instances.push(Self::instance(&kernels.mma[slot], bits, mb, MMA_GROUPED_TILE_N, info)?);
+                }
+            }
         }
         Ok(Self {
             instances,
@@ -143,7 +152,14 @@ impl MmaState {
         Ok(None)
     }
 
-    fn limits(&self) -> Limits {
+    /// The tile configuration of kernel-table entry `slot` on this device
+    /// (`None` if no block of it fits an SM).
+    pub(crate) fn tile(&self, slot: usize, m_blocks: u32, tile_n: u32) -> Option<TileConfig> {
+        let inst = self.instances.get(slot).copied().flatten()?;
+        Some(TileConfig { m_blocks, tile_n, tile_slots: inst.tile_slots, blocks_per_sm: inst.blocks_per_sm })
+    }
+
+    pub(crate) fn limits(&self) -> Limits {
         Limits { workspace_f32: self.workspace.len(), counters: self.counters.len() }
     }
 }

@@ -62,6 +62,10 @@ pub(crate) const MMA_DTYPES: [Dtype; 2] = [Dtype::F16, Dtype::Bf16];
 /// faster with stream-K than without split-K (bench-results/NOTES.md).
 pub(crate) const MMA_STREAM: [(u32, u32); 4] = [(3, 1), (4, 1), (4, 4), (5, 4)];
 
+/// Tile width of the grouped (MoE) mma instances, one per (bits, m16
+/// blocks, dtype).
+pub(crate) const MMA_GROUPED_TILE_N: u32 = 64;
+
 /// Position of an mma kernel in [`Kernels`]' table (the grid-stride
 /// instances, then the stream-K ones), `None` for an instance that does not
 /// exist (f32, m_blocks outside 1..=4, other tile widths, stream-K outside
@@ -77,6 +81,16 @@ pub(crate) fn mma_slot(bits: u32, m_blocks: u32, tile_n: u32, dtype: Dtype, stre
     let m = MMA_M_BLOCKS.iter().position(|&x| x == m_blocks)?;
     let t = MMA_TILE_N.iter().position(|&x| x == tile_n)?;
     Some(((b * MMA_M_BLOCKS.len() + m) * MMA_TILE_N.len() + t) * MMA_DTYPES.len() + d)
+}
+
+/// Position of a grouped (MoE) mma kernel in [`Kernels`]' table: after
+/// every instance of [`mma_slot`]. `None` for f32 or m_blocks outside 1..=4.
+pub(crate) fn mma_grouped_slot(bits: u32, m_blocks: u32, dtype: Dtype) -> Option<usize> {
+    let d = MMA_DTYPES.iter().position(|&x| x == dtype)?;
+    let b = BITS.iter().position(|&x| x == bits)?;
+    let m = MMA_M_BLOCKS.iter().position(|&x| x == m_blocks)?;
+    let before = (BITS.len() * MMA_M_BLOCKS.len() * MMA_TILE_N.len() + MMA_STREAM.len()) * MMA_DTYPES.len();
+    Some(before + (b * MMA_M_BLOCKS.len() + m) * MMA_DTYPES.len() + d)
 }
 
 /// Layout of a weight a dequantize kernel reads.
@@ -110,7 +124,13 @@ pub mod names {
     pub fn mma_stream(bits: u32, m_blocks: u32, dtype: Dtype) -> String {
         format!("kbit_mma_stream_k{bits}_m{m_blocks}_n128_{}", dtype.name())
     }
-    /// Every mma entry point, in the kernel table's order.
+    /// `kbit_mma_grouped_k{bits}_m{m_blocks}_n64_{dtype}` (grouped over
+    /// MoE experts).
+    pub fn mma_grouped(bits: u32, m_blocks: u32, dtype: Dtype) -> String {
+        format!("kbit_mma_grouped_k{bits}_m{m_blocks}_n{}_{}", super::MMA_GROUPED_TILE_N, dtype.name())
+    }
+    /// Every mma entry point, in the kernel table's order: grid-stride,
+    /// stream-K, grouped.
     pub fn all_mma() -> Vec<String> {
         let mut v = Vec::new();
         for bits in super::BITS {
@@ -125,6 +145,13 @@ pub mod names {
         for (bits, mb) in super::MMA_STREAM {
             for d in super::MMA_DTYPES {
                 v.push(mma_stream(bits, mb, d));
+            }
+        }
+        for bits in super::BITS {
+            for mb in super::MMA_M_BLOCKS {
+                for d in super::MMA_DTYPES {
+                    v.push(mma_grouped(bits, mb, d));
+                }
             }
         }
         v
@@ -241,7 +268,8 @@ pub(crate) struct Kernels {
     pub moe_rows: [CudaFunction; 2],
     /// Grouped tiled dequantize, `[bits - 2][f16, bf16]`.
     pub grouped_dequant: [[Streaming; 2]; 4],
-    /// Tensor-core GEMM instances, indexed by [`mma_slot`].
+    /// Tensor-core GEMM instances, indexed by [`mma_slot`] and
+    /// [`mma_grouped_slot`].
     pub mma: Vec<CudaFunction>,
     /// Scalar GEMV instances (dense and grouped).
     pub gemv: crate::gemv::GemvKernels,

@@ -2,17 +2,25 @@
 //! its dispatch.
 //!
 //! ```text
-//! max_m ≤ 4   grouped scalar GEMV (kernel 4): one launch over all experts
-//! max_m > 4   dequant + cuBLAS: grouped dequantize of the active experts
-//!             → gather x into [E, max_m, K] (zero rows past each expert's
-//!             count) → one strided-batched GEMM → scatter back to y
+//! max_m ≤ 2        grouped scalar GEMV (kernel 4): one launch over all experts
+//! max_m 3..=64     grouped tensor-core GEMM (kernel 5): one launch over all experts
+//! max_m > 64       dequant + cuBLAS: grouped dequantize of the active experts
+//!                  → gather x into [E, max_m, K] (zero rows past each expert's
+//!                  count) → one strided-batched GEMM → scatter back to y
 //! ```
+//!
+//! The crossovers are measured (H100, 8 experts of 2048×512 and 512×2048,
+//! `bench-results/NOTES.md`): from max_m = 3 the tensor-core kernel takes
+//! less time over the two MoE matrices for every k, at max_m ≤ 2 the GEMV
+//! does; the tensor-core kernel beats dequant + cuBLAS up to 64 rows.
+//! Activations that are not 16-byte aligned, which the grouped kernels
+//! cannot read, take the cuBLAS path from max_m = 3 on.
 //!
 //! Neither path reads `expert_offsets` on the host: row counts stay on the
 //! device and `max_m` (≥ every expert's rows) sizes the launches, so a call
 //! never waits for the GPU and can be captured in a CUDA graph. An expert
 //! with more rows than `max_m` is reported by [`Context::synchronize`]
-//! ([`Error::ExpertRows`]) on the cuBLAS path.
+//! ([`Error::ExpertRows`]) on the tensor-core and cuBLAS paths.
 
 use crate::context::STATUS_EXPERT_ROWS;
 use crate::cublas_gemm::RowMajorGemm;
@@ -22,6 +30,10 @@ use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 
 /// Largest `max_m` the grouped scalar GEMV serves.
 const GROUPED_SCALAR_MAX_M: usize = 4;
+/// Largest `max_m` the dispatch gives the grouped scalar GEMV.
+const GROUPED_SCALAR_AUTO_MAX_M: usize = 2;
+/// Largest `max_m` the grouped tensor-core GEMM serves.
+const GROUPED_MMA_MAX_M: usize = kbit_format::mma::MAX_M as usize;
 
 fn not_applicable(kernel: Kernel, why: impl Into<String>) -> Error {
     Error::NotApplicable { kernel, why: why.into() }
@@ -54,11 +66,11 @@ impl Context {
     ///     })
     ///     .collect::<kbit::Result<_>>()?;
     /// let experts = ctx.upload_experts(&experts)?;
-    /// // 6 rows routed to experts 0, 0, 2, 5, 5, 5.
-    /// let offsets = ctx.stream().clone_htod(&[0u32, 2, 2, 3, 3, 3, 6, 6, 6])?;
-    /// let x = ctx.stream().clone_htod(&vec![f16::from_f32(0.1); 6 * shape.k])?;
-    /// let mut y = ctx.stream().alloc_zeros::<f16>(6 * shape.n)?;
-    /// let kernel = ctx.expert_linear(&x, &offsets, 3, &experts, &mut y)?;
+    /// // 5 rows routed to experts 0, 0, 2, 5, 5: at most 2 per expert.
+    /// let offsets = ctx.stream().clone_htod(&[0u32, 2, 2, 3, 3, 3, 5, 5, 5])?;
+    /// let x = ctx.stream().clone_htod(&vec![f16::from_f32(0.1); 5 * shape.k])?;
+    /// let mut y = ctx.stream().alloc_zeros::<f16>(5 * shape.n)?;
+    /// let kernel = ctx.expert_linear(&x, &offsets, 2, &experts, &mut y)?;
     /// assert_eq!(kernel, kbit::Kernel::GroupedScalar);
     /// # Ok::<(), kbit::Error>(())
     /// ```
@@ -80,13 +92,20 @@ impl Context {
             Some(k @ Kernel::GroupedScalar) if max_m > GROUPED_SCALAR_MAX_M => {
                 return Err(not_applicable(k, format!("max_m = {max_m} > {GROUPED_SCALAR_MAX_M}")));
             }
-            Some(k @ (Kernel::GroupedScalar | Kernel::DequantCublas)) => k,
-            Some(k) => return Err(not_applicable(k, "expert_linear runs grouped_scalar or dequant_cublas")),
-            None if max_m <= GROUPED_SCALAR_MAX_M => Kernel::GroupedScalar,
+            Some(k @ Kernel::GroupedMma) if max_m > GROUPED_MMA_MAX_M => {
+                return Err(not_applicable(k, format!("max_m = {max_m} > {GROUPED_MMA_MAX_M}")));
+            }
+            Some(k @ (Kernel::GroupedScalar | Kernel::GroupedMma | Kernel::DequantCublas)) => k,
+            Some(k) => {
+                return Err(not_applicable(k, "expert_linear runs grouped_scalar, grouped_mma or dequant_cublas"));
+            }
+            None if max_m <= GROUPED_SCALAR_AUTO_MAX_M => Kernel::GroupedScalar,
+            None if max_m <= GROUPED_MMA_MAX_M && dptr(x, self) % 16 == 0 => Kernel::GroupedMma,
             None => Kernel::DequantCublas,
         };
         match kernel {
             Kernel::GroupedScalar => self.grouped_gemv(x, expert_offsets, max_m, experts, y)?,
+            Kernel::GroupedMma => self.grouped_mma(x, expert_offsets, max_m, experts, y)?,
             _ => self.experts_dequant_cublas(x, expert_offsets, max_m, experts, y)?,
         }
         self.record_kernel(kernel);

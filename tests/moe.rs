@@ -1,5 +1,6 @@
-//! `expert_linear`: dispatch by max_m, and the batched dequant + cuBLAS path
-//! against the CPU reference, per expert, with poisoned outputs.
+//! `expert_linear`: dispatch by max_m; the grouped tensor-core GEMM and the
+//! batched dequant + cuBLAS path against the CPU reference, per expert, with
+//! poisoned outputs.
 
 mod common;
 
@@ -8,6 +9,8 @@ use kbit::{Codebook, Context, Element, Error, Kernel, ScaleMode, Shape, referenc
 
 struct Case {
     experts: kbit::KbitExperts,
+    /// Each expert alone, for the dense kernels.
+    single: Vec<kbit::KbitWeight>,
     dense: Vec<Vec<f32>>,
     shape: Shape,
 }
@@ -22,7 +25,17 @@ fn make_experts(ctx: &Context, rng: &mut rand::rngs::SmallRng, e: usize, k: usiz
         })
         .collect();
     let dense = tiled.iter().map(reference::dequantize_tiled::<f32>).collect();
-    Case { experts: ctx.upload_experts(&tiled).unwrap(), dense, shape }
+    let single = tiled.iter().map(|t| ctx.upload(t).unwrap()).collect();
+    Case { experts: ctx.upload_experts(&tiled).unwrap(), single, dense, shape }
+}
+
+/// Prefix sums of the rows per expert.
+fn offsets_of(rows: &[usize]) -> Vec<u32> {
+    let mut offsets = vec![0u32];
+    for r in rows {
+        offsets.push(offsets.last().unwrap() + *r as u32);
+    }
+    offsets
 }
 
 /// Runs expert_linear with the given rows per expert and checks every row
@@ -36,10 +49,7 @@ fn check<T: Element>(
 ) -> Kernel {
     let shape = case.shape;
     let total: usize = rows.iter().sum();
-    let mut offsets = vec![0u32];
-    for r in rows {
-        offsets.push(offsets.last().unwrap() + *r as u32);
-    }
+    let offsets = offsets_of(rows);
     let x: Vec<T> = common::uniform(rng, total * shape.k);
     let dx = ctx.stream().clone_htod(&x).unwrap();
     let doff = ctx.stream().clone_htod(&offsets).unwrap();
@@ -47,6 +57,21 @@ fn check<T: Element>(
     let kernel = ctx.expert_linear(&dx, &doff, max_m, &case.experts, &mut dy).unwrap();
     ctx.synchronize().unwrap();
     let y: Vec<f32> = ctx.stream().clone_dtoh(&dy).unwrap().iter().map(|v| v.to_f32()).collect();
+    check_rows(case, &x, &y, rows, &offsets, max_m, kernel);
+    kernel
+}
+
+/// Checks every expert's rows of `y` against the f64 reference.
+fn check_rows<T: Element>(
+    case: &Case,
+    x: &[T],
+    y: &[f32],
+    rows: &[usize],
+    offsets: &[u32],
+    max_m: usize,
+    kernel: Kernel,
+) {
+    let shape = case.shape;
     for (e, r) in rows.iter().enumerate() {
         if *r == 0 {
             continue;
@@ -63,7 +88,6 @@ fn check<T: Element>(
             shape.k
         );
     }
-    kernel
 }
 
 #[test]
@@ -72,17 +96,27 @@ fn expert_linear_dispatches_by_max_m_and_matches_reference() {
     let mut rng = common::rng("expert_linear_dispatches_by_max_m_and_matches_reference");
     for (bits, k, n) in [(4, 2048, 512), (2, 512, 2048), (3, 96, 72), (3, 96, 36), (5, 2048, 512)] {
         let case = make_experts(&ctx, &mut rng, 8, k, n, bits);
+        let tiny = [1, 2, 0, 2, 1, 1, 0, 2];
+        assert_eq!(check::<f16>(&ctx, &mut rng, &case, &tiny, 2), Kernel::GroupedScalar);
+        assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &tiny, 2), Kernel::GroupedScalar);
         let small = [1, 3, 0, 2, 4, 1, 0, 4];
-        assert_eq!(check::<f16>(&ctx, &mut rng, &case, &small, 4), Kernel::GroupedScalar);
-        assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &small, 4), Kernel::GroupedScalar);
+        assert_eq!(check::<f16>(&ctx, &mut rng, &case, &small, 4), Kernel::GroupedMma);
+        assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &[1, 3, 0, 2, 3, 1, 0, 3], 3), Kernel::GroupedMma);
         let large = [5, 9, 0, 2, 16, 1, 0, 7];
-        assert_eq!(check::<f16>(&ctx, &mut rng, &case, &large, 16), Kernel::DequantCublas);
-        assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &large, 24), Kernel::DequantCublas);
-        // The cuBLAS path forced at small max_m, and one expert only.
+        assert_eq!(check::<f16>(&ctx, &mut rng, &case, &large, 16), Kernel::GroupedMma);
+        assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &large, 24), Kernel::GroupedMma);
+        let one = [0, 0, 0, 0, 0, 33, 0, 0];
+        assert_eq!(check::<f16>(&ctx, &mut rng, &case, &one, 33), Kernel::GroupedMma);
+        assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &[3, 65, 0, 0, 0, 0, 1, 0], 65), Kernel::DequantCublas);
+        // Each path forced where another would run.
         ctx.force_kernel(Some(Kernel::DequantCublas)).unwrap();
         assert_eq!(check::<f16>(&ctx, &mut rng, &case, &small, 4), Kernel::DequantCublas);
+        assert_eq!(check::<f16>(&ctx, &mut rng, &case, &large, 16), Kernel::DequantCublas);
+        ctx.force_kernel(Some(Kernel::GroupedMma)).unwrap();
+        assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &tiny, 2), Kernel::GroupedMma);
+        ctx.force_kernel(Some(Kernel::GroupedScalar)).unwrap();
+        assert_eq!(check::<f16>(&ctx, &mut rng, &case, &small, 4), Kernel::GroupedScalar);
         ctx.force_kernel(None).unwrap();
-        assert_eq!(check::<f16>(&ctx, &mut rng, &case, &[0, 0, 0, 0, 0, 33, 0, 0], 33), Kernel::DequantCublas);
     }
 }
 
@@ -112,7 +146,121 @@ fn expert_linear_edge_cases() {
     assert!(ctx.expert_linear(&x, &off, 2, &case.experts, &mut y).is_err(), "12 rows > 2 × 4 experts");
     ctx.force_kernel(Some(Kernel::GroupedScalar)).unwrap();
     assert!(matches!(ctx.expert_linear(&x, &off, 5, &case.experts, &mut y), Err(Error::NotApplicable { .. })));
+    ctx.force_kernel(Some(Kernel::GroupedMma)).unwrap();
+    assert!(matches!(ctx.expert_linear(&x, &off, 65, &case.experts, &mut y), Err(Error::NotApplicable { .. })));
+    ctx.force_kernel(Some(Kernel::Mma)).unwrap();
+    assert!(matches!(ctx.expert_linear(&x, &off, 5, &case.experts, &mut y), Err(Error::NotApplicable { .. })));
     ctx.force_kernel(None).unwrap();
+    // The grouped tensor-core kernel: 16-byte aligned activations, max_m
+    // in 1..=64, no stream-K.
+    assert!(matches!(
+        ctx.grouped_mma(&x, &off, 11, &case.experts, &mut y.slice_mut(0..11 * 64)),
+        Err(Error::Length { .. })
+    ));
+    let xs = ctx.stream().alloc_zeros::<f16>(12 * 256 + 1).unwrap();
+    assert!(matches!(ctx.grouped_mma(&xs.slice(1..), &off, 11, &case.experts, &mut y), Err(Error::Alignment { .. })));
+    assert!(matches!(ctx.grouped_mma(&x, &off, 65, &case.experts, &mut y), Err(Error::Rows { .. })));
+    let stream = kbit::MmaOptions { splits: kbit::Splits::Stream, ..Default::default() };
+    assert!(matches!(ctx.grouped_mma_with(&x, &off, 11, &case.experts, &mut y, stream), Err(Error::SplitK { .. })));
+    let f32x = ctx.stream().alloc_zeros::<f32>(12 * 256).unwrap();
+    let mut f32y = ctx.stream().alloc_zeros::<f32>(12 * 64).unwrap();
+    assert!(matches!(ctx.grouped_mma(&f32x, &off, 11, &case.experts, &mut f32y), Err(Error::Mismatch { .. })));
+    // Too small a max_m on the tensor-core path is reported too.
+    ctx.grouped_mma(&x, &off, 5, &case.experts, &mut y).unwrap();
+    let e = ctx.synchronize().unwrap_err();
+    assert!(matches!(e, Error::ExpertRows { expert: 2 }), "{e}");
+    ctx.synchronize().unwrap();
+}
+
+/// Kernel 5 against kernel 2: each expert's rows bit-identical to the dense
+/// tensor-core GEMM on that expert alone with the same split plan, and
+/// within the reference tolerance; split counts forced to 1, to the
+/// maximum and automatic; other SM counts; repeated calls identical
+/// (workspace and counters left clean).
+#[test]
+fn grouped_mma_matches_dense_mma_per_expert() {
+    let Some(ctx) = common::gpu("grouped_mma_matches_dense_mma_per_expert") else { return };
+    let mut rng = common::rng("grouped_mma_matches_dense_mma_per_expert");
+    let rows_8 = [5, 9, 0, 2, 16, 1, 0, 7];
+    let cases: [(u32, usize, usize, &[usize], usize); 9] = [
+        (4, 2048, 512, &rows_8, 16),
+        (2, 512, 2048, &[17, 0, 33, 5], 33),
+        (5, 2048, 512, &[0, 0, 0, 0, 0, 0, 0, 64], 64),
+        (3, 96, 72, &[48, 1, 0, 31, 13], 48),
+        (4, 32, 520, &[8, 8, 8, 8, 8, 8, 8, 8], 8),
+        (2, 8192, 72, &[6, 0, 20], 20),
+        (5, 1024, 200, &[64, 63, 1, 0, 40], 64),
+        (3, 2048, 512, &[5; 64], 5),
+        (4, 96, 4100, &[0, 0, 0], 9),
+    ];
+    for (i, &(bits, k, n, rows, max_m)) in cases.iter().enumerate() {
+        let case = make_experts(&ctx, &mut rng, rows.len(), k, n, bits);
+        let splits = [kbit::Splits::Fixed(1), kbit::Splits::Max, kbit::Splits::Auto][i % 3];
+        let sms = [None, Some(128), Some(7)][i / 3 % 3];
+        let opts = kbit::MmaOptions { splits, sm_count_override: sms, stage_tiles: None };
+        if i % 2 == 0 {
+            grouped_case::<f16>(&ctx, &mut rng, &case, rows, max_m, opts);
+        } else {
+            grouped_case::<bf16>(&ctx, &mut rng, &case, rows, max_m, opts);
+        }
+    }
+}
+
+fn grouped_case<T: Element>(
+    ctx: &Context,
+    rng: &mut rand::rngs::SmallRng,
+    case: &Case,
+    rows: &[usize],
+    max_m: usize,
+    opts: kbit::MmaOptions,
+) {
+    let shape = case.shape;
+    let total: usize = rows.iter().sum();
+    let offsets = offsets_of(rows);
+    let x: Vec<T> = common::uniform(rng, total.max(1) * shape.k);
+    let x = &x[..total * shape.k];
+    let dx = ctx.stream().clone_htod(x).unwrap();
+    let doff = ctx.stream().clone_htod(&offsets).unwrap();
+    let poisoned = vec![T::nan(); total * shape.n];
+    let mut dy = ctx.stream().clone_htod(&poisoned).unwrap();
+    let plan = ctx.grouped_mma_with(&dx, &doff, max_m, &case.experts, &mut dy, opts).unwrap();
+    let what = format!(
+        "{:?} k={} [{}, {}] rows {rows:?} max_m {max_m} {opts:?}: {plan:?}",
+        T::DTYPE,
+        case.experts.bits(),
+        shape.n,
+        shape.k
+    );
+    let Some(gp) = plan else {
+        assert_eq!(total, 0, "{what}");
+        return;
+    };
+    assert_eq!(gp.units as usize, rows.len().min(total), "{what}");
+    if opts.splits == kbit::Splits::Fixed(1) {
+        assert_eq!(gp.plan.splits, 1, "{what}");
+    }
+    let got: Vec<T> = ctx.stream().clone_dtoh(&dy).unwrap();
+    let y: Vec<f32> = got.iter().map(|v| v.to_f32()).collect();
+    check_rows(case, x, &y, rows, &offsets, max_m, Kernel::GroupedMma);
+    // Each expert alone through kernel 2 with the same splits.
+    for (e, &r) in rows.iter().enumerate() {
+        if r == 0 {
+            continue;
+        }
+        let (a, b) = (offsets[e] as usize, offsets[e + 1] as usize);
+        let xe = ctx.stream().clone_htod(&x[a * shape.k..b * shape.k]).unwrap();
+        let mut ye = ctx.stream().clone_htod(&vec![T::nan(); r * shape.n]).unwrap();
+        let dense = kbit::MmaOptions { splits: kbit::Splits::Fixed(gp.plan.splits), ..Default::default() };
+        let p = ctx.mma_gemm_with(&xe, r, &case.single[e], &mut ye, dense).unwrap();
+        assert_eq!((p.splits, p.tiles_per_split), (gp.plan.splits, gp.plan.tiles_per_split), "{what}");
+        let want: Vec<T> = ctx.stream().clone_dtoh(&ye).unwrap();
+        common::assert_bits_eq(&got[a * shape.n..b * shape.n], &want, &format!("{what}: expert {e}"));
+    }
+    // Again into a fresh poisoned output: identical bits.
+    let mut again = ctx.stream().clone_htod(&poisoned).unwrap();
+    ctx.grouped_mma_with(&dx, &doff, max_m, &case.experts, &mut again, opts).unwrap();
+    ctx.synchronize().unwrap();
+    common::assert_bits_eq(&ctx.stream().clone_dtoh(&again).unwrap(), &got, &format!("{what}: repeated call"));
 }
 
 /// The cuBLAS path's row gather/scatter moves 16-byte chunks where the row
@@ -132,9 +280,13 @@ fn expert_linear_unaligned_rows_match_aligned() {
     let mut y_aligned = ctx.stream().clone_htod(&vec![f16::NAN; total * shape.n]).unwrap();
     let mut y_shifted = ctx.stream().clone_htod(&vec![f16::NAN; total * shape.n + 1]).unwrap();
     let x_aligned = ctx.stream().clone_htod(&x[1..]).unwrap();
+    ctx.force_kernel(Some(Kernel::DequantCublas)).unwrap();
     assert_eq!(ctx.expert_linear(&x_aligned, &off, 9, &case.experts, &mut y_aligned).unwrap(), Kernel::DequantCublas);
     let mut y_view = y_shifted.slice_mut(1..);
     ctx.expert_linear(&dx.slice(1..), &off, 9, &case.experts, &mut y_view).unwrap();
+    ctx.force_kernel(None).unwrap();
+    // Unforced, the unaligned activations take the cuBLAS path too.
+    assert_eq!(ctx.expert_linear(&dx.slice(1..), &off, 9, &case.experts, &mut y_view).unwrap(), Kernel::DequantCublas);
     ctx.synchronize().unwrap();
     let (a, b) = (ctx.stream().clone_dtoh(&y_aligned).unwrap(), ctx.stream().clone_dtoh(&y_shifted).unwrap());
     assert!(b[0].is_nan(), "the element before the outputs was written");

@@ -160,6 +160,49 @@ mma_entries! {
     kbit_mma_stream_k5_m4_n128_f16: 5, 4, 4, F16, true; kbit_mma_stream_k5_m4_n128_bf16: 5, 4, 4, Bf16, true;
 }
 
+macro_rules! mma_grouped_entries {
+    ($($name:ident: $k:literal, $mb:literal, $t:ty;)*) => {$(
+        /// Grouped tensor-core dequant GEMM over MoE experts
+        /// (`mma::run_grouped`): k, m16 blocks (`m` = max_m), 64-column
+        /// tiles, dtype.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(
+            x: *const u16, packed: *const u32, scales: *const u8, cb: *const f32, y: *mut u16,
+            ws: *mut f32, counters: *mut u32, m: u32, n: u32, k: u32, k_tiles: u32, splits: u32,
+            tiles_per_split: u32, items: u32, stages: u32, stage_tiles: u32, flags: u32,
+            offsets: *const u32, num_experts: u32, total_rows: u32, status: *mut u32,
+        ) {
+            let a = mma::Args {
+                x, packed, scales, cb, y, ws, counters, m, n, k, k_tiles, splits, tiles_per_split, items, stages,
+                stage_tiles, flags,
+            };
+            unsafe { mma::run_grouped::<$k, $mb, 2, $t>(&a, offsets, num_experts, total_rows, status) }
+        }
+    )*};
+}
+
+// Every (k, m16 blocks = ceil(max_m / 16), dtype), 64-column tiles: MoE
+// experts are narrow matrices, and the narrower tile gives each expert more
+// blocks.
+mma_grouped_entries! {
+    kbit_mma_grouped_k2_m1_n64_f16: 2, 1, F16; kbit_mma_grouped_k2_m1_n64_bf16: 2, 1, Bf16;
+    kbit_mma_grouped_k2_m2_n64_f16: 2, 2, F16; kbit_mma_grouped_k2_m2_n64_bf16: 2, 2, Bf16;
+    kbit_mma_grouped_k2_m3_n64_f16: 2, 3, F16; kbit_mma_grouped_k2_m3_n64_bf16: 2, 3, Bf16;
+    kbit_mma_grouped_k2_m4_n64_f16: 2, 4, F16; kbit_mma_grouped_k2_m4_n64_bf16: 2, 4, Bf16;
+    kbit_mma_grouped_k3_m1_n64_f16: 3, 1, F16; kbit_mma_grouped_k3_m1_n64_bf16: 3, 1, Bf16;
+    kbit_mma_grouped_k3_m2_n64_f16: 3, 2, F16; kbit_mma_grouped_k3_m2_n64_bf16: 3, 2, Bf16;
+    kbit_mma_grouped_k3_m3_n64_f16: 3, 3, F16; kbit_mma_grouped_k3_m3_n64_bf16: 3, 3, Bf16;
+    kbit_mma_grouped_k3_m4_n64_f16: 3, 4, F16; kbit_mma_grouped_k3_m4_n64_bf16: 3, 4, Bf16;
+    kbit_mma_grouped_k4_m1_n64_f16: 4, 1, F16; kbit_mma_grouped_k4_m1_n64_bf16: 4, 1, Bf16;
+    kbit_mma_grouped_k4_m2_n64_f16: 4, 2, F16; kbit_mma_grouped_k4_m2_n64_bf16: 4, 2, Bf16;
+    kbit_mma_grouped_k4_m3_n64_f16: 4, 3, F16; kbit_mma_grouped_k4_m3_n64_bf16: 4, 3, Bf16;
+    kbit_mma_grouped_k4_m4_n64_f16: 4, 4, F16; kbit_mma_grouped_k4_m4_n64_bf16: 4, 4, Bf16;
+    kbit_mma_grouped_k5_m1_n64_f16: 5, 1, F16; kbit_mma_grouped_k5_m1_n64_bf16: 5, 1, Bf16;
+    kbit_mma_grouped_k5_m2_n64_f16: 5, 2, F16; kbit_mma_grouped_k5_m2_n64_bf16: 5, 2, Bf16;
+    kbit_mma_grouped_k5_m3_n64_f16: 5, 3, F16; kbit_mma_grouped_k5_m3_n64_bf16: 5, 3, Bf16;
+    kbit_mma_grouped_k5_m4_n64_f16: 5, 4, F16; kbit_mma_grouped_k5_m4_n64_bf16: 5, 4, Bf16;
+}
+
 /// `C[16, 8] = A[16, 16] · W[8, 16]ᵀ` in f16 on the tensor cores (one warp).
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn kbit_selftest_mma_f16(a: *const u16, w: *const u16, c: *mut f32) {

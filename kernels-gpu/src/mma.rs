@@ -105,6 +105,13 @@
 //! Every slot is fully written before it is read, so the workspace needs no
 //! clearing; the counters are left at zero. Steady state: no memset, no
 //! allocation, nothing host-side per call.
+//!
+//! # Grouped (kernel 5)
+//!
+//! [`run_grouped`] runs this body once per MoE expert in one launch: grid
+//! row `blockIdx.y` is a grouped unit that finds its expert and rows on the
+//! device, offsets the matrix, activation, output, workspace and counter
+//! pointers to that expert's share, and walks the same per-expert plan.
 
 use crate::fragment::{self, MmaElem};
 use crate::ptx;
@@ -138,6 +145,7 @@ macro_rules! unrolled {
 }
 
 /// Kernel arguments (all validated by the host).
+#[derive(Clone, Copy)]
 pub struct Args {
     /// Activations `[M, K]`, 16-byte aligned.
     pub x: *const u16,
@@ -428,6 +436,71 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
         main_loop!(false)
     }
     ptx::cp_async_wait::<0>();
+}
+
+/// Body of the `kbit_mma_grouped_k{K}_m{MB}_n64_{T}` kernels (kernel 5):
+/// the GEMM of [`run`] over MoE experts, all in one launch with no host
+/// sync. Grid `(plan grid, units)`: row `u = blockIdx.y` of the grid is
+/// grouped unit `u` (`crate::gemv::grouped_unit`: an expert, or with as
+/// many experts as rows the unit of an expert's first row), which runs
+/// [`run`] with its own plan-sized grid on that expert's matrix and its
+/// first `min(rows, max_m)` rows. Units without an expert return at once.
+///
+/// Every expert has the same shape, so one per-expert plan (`a.splits`,
+/// `a.items`, …) serves all; unit `u` owns workspace slots
+/// `u·items .. (u+1)·items` and counters `u·n_tiles .. (u+1)·n_tiles`, so
+/// experts never share a split-K slot or counter. An expert's result is
+/// bit-identical to [`run`] on that expert alone with the same plan.
+///
+/// # Safety
+/// As [`run`] with `a.m = max_m` (1..=16·MB), plus: `packed`/`scales` hold
+/// `num_experts` matrices `[N, K]` back to back (`tile::words` /
+/// `tile::scales` apart); `offsets` holds `num_experts + 1` values (if they
+/// are not non-decreasing from 0 with `offsets[E] = total_rows`, results
+/// are unspecified but every access stays inside `total_rows` rows); `x`/`y`
+/// hold `total_rows` rows; the workspace and counters hold `gridDim.y`
+/// units' shares; `status` is a global word.
+#[inline(always)]
+pub unsafe fn run_grouped<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
+    a: &Args,
+    offsets: *const u32,
+    num_experts: u32,
+    total_rows: u32,
+    status: *mut u32,
+) {
+    // The expert offsets come from earlier kernels (the router): nothing is
+    // read before the wait here (the body's second wait returns at once).
+    ptx::after_producers();
+    let unit = ptx::bid_y();
+    let Some((e, row, rows)) = (unsafe { crate::gemv::grouped_unit(offsets, num_experts, total_rows, a.m, unit) })
+    else {
+        return;
+    };
+    // An expert with more rows than max_m: the rows past it are not
+    // computed, and the lowest such expert is recorded for the host.
+    if ptx::bid() == 0
+        && ptx::tid() == 0
+        && unsafe { ptx::ld_nc_u32(offsets.add(e as usize + 1)) }.wrapping_sub(row) > a.m
+    {
+        unsafe { ptx::red_min_u32(status, e) };
+    }
+    let (e, row, unit) = (e as u64, row as u64, unit as u64);
+    let (n, k) = (a.n as u64, a.k as u64);
+    let words = kbit_format::tile::words(a.n as usize, a.k as usize, K) as u64;
+    let scale_bytes = kbit_format::tile::scales(a.n as usize, a.k as usize) as u64;
+    let n_tiles = a.n.div_ceil(geo::tile_n(NF as u32)) as u64;
+    let slot_f32 = geo::slot_f32(MB as u32, NF as u32) as u64;
+    let g = Args {
+        x: a.x.wrapping_add((row * k) as usize),
+        packed: a.packed.wrapping_add((e * words) as usize),
+        scales: a.scales.wrapping_add((e * scale_bytes) as usize),
+        y: a.y.wrapping_add((row * n) as usize),
+        ws: a.ws.wrapping_add((unit * a.items as u64 * slot_f32) as usize),
+        counters: a.counters.wrapping_add((unit * n_tiles) as usize),
+        m: rows,
+        ..*a
+    };
+    unsafe { run::<K, MB, NF, T, false>(&g) }
 }
 
 /// Whether an instance stores its decode table before the prologue's copies
