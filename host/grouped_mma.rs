@@ -46,17 +46,12 @@ impl Context {
     ///
     /// ```no_run
     /// use half::f16;
-    /// use kbit::{Codebook, ScaleMode, Shape, reference};
     /// let ctx = kbit::Context::new(0)?;
-    /// let shape = Shape::new(512, 2048)?;
-    /// let cb = Codebook::nf(4)?;
-    /// let experts: Vec<_> = (0..8)
-    ///     .map(|e| {
-    ///         let w: Vec<f32> = (0..shape.numel()).map(|i| ((i + e) as f32 * 0.1).sin()).collect();
-    ///         reference::repack(&reference::quantize(&w, shape, &cb)?, ScaleMode::Strict)
-    ///     })
-    ///     .collect::<kbit::Result<_>>()?;
-    /// let experts = ctx.upload_experts(&experts)?;
+    /// let shape = kbit::Shape::new(512, 2048)?;
+    /// // Eight experts quantized on the GPU (all zero here).
+    /// let w = ctx.stream().alloc_zeros::<f16>(shape.numel())?;
+    /// let one = ctx.repack(&ctx.quantize(&w, shape, &kbit::Codebook::nf(4)?)?, kbit::ScaleMode::Strict)?;
+    /// let experts = ctx.concat_experts(&[&one; 8])?;
     /// // 40 rows: 16 for expert 1, 24 for expert 6.
     /// let offsets = ctx.stream().clone_htod(&[0u32, 0, 16, 16, 16, 16, 16, 40, 40])?;
     /// let x = ctx.stream().clone_htod(&vec![f16::from_f32(0.1); 40 * shape.k])?;
