@@ -24,7 +24,44 @@ fn main() {
     println!("cargo:rerun-if-env-changed=KBIT_PTX");
 
     let ptx = if let Ok(prebuilt) = env::var("KBIT_PTX") { PathBuf::from(prebuilt) } else { build_kernels(&root) };
-    std::fs::copy(&ptx, out.join("kbit.ptx")).unwrap_or_else(|e| panic!("copying {} to OUT_DIR: {e}", ptx.display()));
+    let text = std::fs::read_to_string(&ptx).unwrap_or_else(|e| panic!("reading {}: {e}", ptx.display()));
+    std::fs::write(out.join("kbit.ptx"), with_launch_bounds(&text)).expect("writing OUT_DIR/kbit.ptx");
+}
+
+/// PTX performance directives of an entry, by name (rustc has no attribute
+/// for them). The grouped tensor-core GEMM runs 256 threads, and its
+/// instances must hold the blocks per SM that the host plans for from
+/// shared memory alone: 3 for one m block, 2 for more. Left alone, ptxas
+/// gives some two- and four-m-block instances 129-132 registers, one
+/// block's worth; capped, they keep two, with no spills (the PTX test
+/// checks).
+fn launch_bounds(entry: &str) -> Option<&'static str> {
+    if !entry.starts_with("kbit_mma_grouped_") {
+        None
+    } else if entry.contains("_m1_") {
+        Some(".maxntid 256, 1, 1\n.minnctapersm 3\n")
+    } else {
+        Some(".maxntid 256, 1, 1\n.minnctapersm 2\n")
+    }
+}
+
+/// `ptx` with the directives of [`launch_bounds`] between each entry's
+/// parameter list and its body.
+fn with_launch_bounds(ptx: &str) -> String {
+    let mut out = String::with_capacity(ptx.len() + 4096);
+    let mut rest = ptx;
+    while let Some(at) = rest.find(".visible .entry ") {
+        let name_at = at + ".visible .entry ".len();
+        let name_end = rest[name_at..].find('(').map_or(rest.len(), |e| name_at + e);
+        let body = rest[name_at..].find("\n{").map(|b| name_at + b + 1).expect("an entry has a body");
+        out.push_str(&rest[..body]);
+        if let Some(d) = launch_bounds(&rest[name_at..name_end]) {
+            out.push_str(d);
+        }
+        rest = &rest[body..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn build_kernels(root: &std::path::Path) -> PathBuf {

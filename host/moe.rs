@@ -2,17 +2,21 @@
 //! its dispatch.
 //!
 //! ```text
-//! max_m ≤ 2        grouped scalar GEMV (kernel 4): one launch over all experts
-//! max_m 3..=64     grouped tensor-core GEMM (kernel 5): one launch over all experts
+//! max_m ≤ 2, < 32 experts with rows
+//!                  grouped scalar GEMV (kernel 4): one launch over all experts
+//! max_m ≤ 64       grouped tensor-core GEMM (kernel 5): one launch over all experts
 //! max_m > 64       dequant + cuBLAS: grouped dequantize of the active experts
 //!                  → gather x into [E, max_m, K] (zero rows past each expert's
 //!                  count) → one strided-batched GEMM → scatter back to y
 //! ```
 //!
-//! The crossovers are measured (H100, 8 experts of 2048×512 and 512×2048,
-//! `bench-results/NOTES.md`): from max_m = 3 the tensor-core kernel takes
-//! less time over the two MoE matrices for every k, at max_m ≤ 2 the GEMV
-//! does; the tensor-core kernel beats dequant + cuBLAS up to 64 rows.
+//! The crossovers are measured (H100, 8 to 64 experts of 2048×512 and
+//! 512×2048, `bench-results/NOTES.md`): from max_m = 3 the tensor-core
+//! kernel takes less time over the two MoE matrices for every k; at
+//! max_m ≤ 2 the GEMV does while fewer than 32 experts can have rows
+//! (`min(experts, total rows)`: the GEMV's time grows with the experts it
+//! reads, the tensor-core kernel's, latency-bound at 8 experts, much less);
+//! the tensor-core kernel beats dequant + cuBLAS up to 64 rows.
 //! Activations that are not 16-byte aligned, which the grouped kernels
 //! cannot read, take the cuBLAS path from max_m = 3 on.
 //!
@@ -32,6 +36,11 @@ use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 const GROUPED_SCALAR_MAX_M: usize = 4;
 /// Largest `max_m` the dispatch gives the grouped scalar GEMV.
 const GROUPED_SCALAR_AUTO_MAX_M: usize = 2;
+/// Experts with rows (`min(experts, total rows)`) from which the dispatch
+/// gives even max_m ≤ 2 to the grouped tensor-core GEMM (k = 4, one row per
+/// expert, both MoE matrices: 16 experts 19.2 µs GEMV against 19.3 µs; 32
+/// experts 34.2 against 29.5 µs).
+const GROUPED_MMA_AUTO_MIN_UNITS: usize = 32;
 /// Largest `max_m` the grouped tensor-core GEMM serves.
 const GROUPED_MMA_MAX_M: usize = kbit_format::mma::MAX_M as usize;
 
@@ -99,9 +108,17 @@ impl Context {
             Some(k) => {
                 return Err(not_applicable(k, "expert_linear runs grouped_scalar, grouped_mma or dequant_cublas"));
             }
-            None if max_m <= GROUPED_SCALAR_AUTO_MAX_M => Kernel::GroupedScalar,
-            None if max_m <= GROUPED_MMA_MAX_M && dptr(x, self) % 16 == 0 => Kernel::GroupedMma,
-            None => Kernel::DequantCublas,
+            None => {
+                let units = experts.num_experts().min(x.len() / experts.shape().k.max(1));
+                let aligned = dptr(x, self) % 16 == 0;
+                if max_m <= GROUPED_SCALAR_AUTO_MAX_M && (units < GROUPED_MMA_AUTO_MIN_UNITS || !aligned) {
+                    Kernel::GroupedScalar
+                } else if max_m <= GROUPED_MMA_MAX_M && aligned {
+                    Kernel::GroupedMma
+                } else {
+                    Kernel::DequantCublas
+                }
+            }
         };
         match kernel {
             Kernel::GroupedScalar => self.grouped_gemv(x, expert_offsets, max_m, experts, y)?,

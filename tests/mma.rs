@@ -248,7 +248,7 @@ fn every_instance_fits_sm89_and_sm90_with_a_deep_enough_pipeline() {
                         // Every item length gets a shape within the slots.
                         for tps in [1, 2, 3, 5, 16, 128] {
                             let (kt, stages) = splitk::stage_shape(slots, tn, tps);
-                            assert!((1..=geo::MAX_STAGE_TILES).contains(&kt) && kt <= tps.max(1));
+                            assert!((1..=geo::MAX_STAGE_TILES).contains(&kt) && kt < 2 * tps.max(1));
                             assert!((geo::MIN_STAGES..=geo::MAX_STAGES).contains(&stages), "{gpu} {slots} {tps}");
                             assert!(geo::smem_bytes(mb, tn / 32, bits, stages, kt) as usize <= most);
                         }
@@ -283,7 +283,9 @@ fn every_instance_fits_sm89_and_sm90_with_a_deep_enough_pipeline() {
 fn stage_shapes_aim_at_256_tile_columns_with_three_stages() {
     assert_eq!(splitk::stage_shape(11, 128, 32), (2, 5));
     assert_eq!(splitk::stage_shape(34, 64, 4), (4, 8));
-    assert_eq!(splitk::stage_shape(34, 64, 3), (2, 12));
+    // An item of 3 tiles is one partial stage of 4, one of 2 a full stage of 2.
+    assert_eq!(splitk::stage_shape(34, 64, 3), (4, 8));
+    assert_eq!(splitk::stage_shape(34, 64, 2), (2, 12));
     assert_eq!(splitk::stage_shape(4, 128, 32), (1, 4));
     assert_eq!(splitk::stage_shape(9, 64, 32), (2, 4));
     assert_eq!(splitk::stage_shape(2, 64, 100), (1, 2));
@@ -574,6 +576,23 @@ fn auto_splits_balance_blocks_that_share_an_sm() {
     assert_eq!(one, 64.0);
     let two = splitk::cost(224, 64, 1, 132, tile, 4);
     assert_eq!(two, 128.0);
+}
+
+#[test]
+fn auto_splits_let_short_items_share_an_sm_at_k_up_to_4() {
+    // Qwen3 q (2048 → 4096), M = 5: 64 tiles of 64 columns, 32 K tiles.
+    // At k = 4, 4 splits of 8 tiles (256 blocks, two on most SMs) cost less
+    // than 2 of 16 (128 blocks); at k = 5 the second block costs a full
+    // item and 2 splits stay.
+    let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 16, blocks_per_sm: 2 };
+    let p4 = splitk::plan(5, 4096, 2048, 4, 132, tile, Splits::Auto, LIMITS).unwrap();
+    assert_eq!((p4.splits, p4.tiles_per_split, p4.grid), (4, 8, 256), "{p4:?}");
+    let p5 = splitk::plan(5, 4096, 2048, 5, 132, tile, Splits::Auto, LIMITS).unwrap();
+    assert_eq!((p5.splits, p5.tiles_per_split, p5.grid), (2, 16, 128), "{p5:?}");
+    // Half an item for the second block, only for short items.
+    let short = splitk::cost(64, 32, 4, 132, tile, 4);
+    assert!((short - (1.5 * 10.0 + 4.0 / 3.0 + 2.0)).abs() < 1e-9, "{short}");
+    assert_eq!(splitk::cost(160, 32, 1, 132, tile, 4), 64.0);
 }
 
 /// The kernel's work walk (`kernels-gpu/src/mma.rs`, `run`), replayed on the

@@ -1,4 +1,4 @@
-//! `expert_linear`: dispatch by max_m; the grouped tensor-core GEMM and the
+//! `expert_linear`: dispatch by max_m and expert count; the grouped tensor-core GEMM and the
 //! batched dequant + cuBLAS path against the CPU reference, per expert, with
 //! poisoned outputs.
 
@@ -118,6 +118,26 @@ fn expert_linear_dispatches_by_max_m_and_matches_reference() {
         assert_eq!(check::<f16>(&ctx, &mut rng, &case, &small, 4), Kernel::GroupedScalar);
         ctx.force_kernel(None).unwrap();
     }
+}
+
+#[test]
+fn expert_linear_sends_many_single_row_experts_to_the_tensor_core_kernel() {
+    let name = "expert_linear_sends_many_single_row_experts_to_the_tensor_core_kernel";
+    let Some(ctx) = common::gpu(name) else { return };
+    let mut rng = common::rng(name);
+    let case = make_experts(&ctx, &mut rng, 40, 256, 136, 4);
+    // 32 experts with one row each (max_m 1) and 20 with two (max_m 2):
+    // enough experts for the tensor-core kernel.
+    let mut ones = [0usize; 40];
+    ones[..32].fill(1);
+    assert_eq!(check::<f16>(&ctx, &mut rng, &case, &ones, 1), Kernel::GroupedMma);
+    let twos: Vec<usize> = (0..40).map(|e| if e % 2 == 0 { 2 } else { 1 }).collect();
+    assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &twos, 2), Kernel::GroupedMma);
+    // 31 rows in all, so fewer than 32 experts can have rows: the GEMV.
+    let mut fewer = [0usize; 40];
+    fewer[..30].fill(1);
+    fewer[3] = 2;
+    assert_eq!(check::<f16>(&ctx, &mut rng, &case, &fewer, 2), Kernel::GroupedScalar);
 }
 
 #[test]

@@ -10,12 +10,13 @@
 //! Dynamic shared memory, in order (all offsets 16-byte aligned):
 //!
 //! ```text
-//! [ table  | misc 16 B | epilogue | stage 0 | stage 1 | ... | stage S-1 ]
+//! [ table  | misc 64 B | epilogue | stage 0 | stage 1 | ... | stage S-1 ]
 //! table:    codebook lookup, 4^k pair entries, C = table_copies(k, MB) copies
 //!           of each: word e·C + lane % C (byte address e·4C + 4·(lane % C):
 //!           one `prmt` per lookup, see pair_words); C = 32 for k <= 4 (one
 //!           copy per lane: conflict-free lookups), 8 or 4 for k = 5
-//! misc:     the split-K "last block" flag
+//! misc:     the split-K "last block" flag (bytes 0..4); the grouped kernel
+//!           parks its unit's six base pointers in bytes 16..64
 //! epilogue: 16·MB × TILE_N f32, K-half reduction in fragment order
 //! stage:    KT tile slots [ slot 0 | slot 1 | ... | slot KT-1 ], slot j holds
 //!           K tile kt + j of the stage (kt = the stage's first tile)
@@ -48,7 +49,7 @@ pub const MAX_M: u32 = 64;
 /// Bytes of one activation row of a K tile (64 values of 2 bytes).
 pub const A_ROW_BYTES: u32 = 128;
 /// Bytes of the misc region.
-pub const MISC_BYTES: u32 = 16;
+pub const MISC_BYTES: u32 = 64;
 
 /// Output columns of a block tile.
 #[inline(always)]

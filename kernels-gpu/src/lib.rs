@@ -109,7 +109,7 @@ macro_rules! mma_entries {
                 x, packed, scales, cb, y, ws, counters, m, n, k, k_tiles, splits, tiles_per_split, items, stages,
                 stage_tiles, flags,
             };
-            unsafe { mma::run::<$k, $mb, $nf, $t, { false $(|| $stream)? }>(&a) }
+            unsafe { mma::run::<$k, $mb, $nf, $t, { false $(|| $stream)? }, mma::Params>(&a, mma::Params) }
         }
     )*};
 }

@@ -184,6 +184,136 @@ pub struct Args {
     pub flags: u32,
 }
 
+/// Where the body finds the rows and the six base pointers of [`Args`] (x,
+/// planes, scales, y, split-K workspace, counters): they are read at each
+/// use, not kept in registers across the main loop.
+pub trait Bases: Copy {
+    /// Rows M.
+    fn m(self, a: &Args) -> u32;
+    /// Activations.
+    fn x(self, a: &Args) -> *const u16;
+    /// Plane words.
+    fn packed(self, a: &Args) -> *const u32;
+    /// Scale bytes.
+    fn scales(self, a: &Args) -> *const u8;
+    /// Output.
+    fn y(self, a: &Args) -> *mut u16;
+    /// Split-K workspace.
+    fn ws(self, a: &Args) -> *mut f32;
+    /// Split-K arrival counters.
+    fn counters(self, a: &Args) -> *mut u32;
+}
+
+/// The pointers of [`Args`] themselves: kernel parameters, which ptxas
+/// re-reads from the constant bank wherever they are used.
+#[derive(Clone, Copy)]
+pub struct Params;
+
+impl Bases for Params {
+    #[inline(always)]
+    fn m(self, a: &Args) -> u32 {
+        a.m
+    }
+    #[inline(always)]
+    fn x(self, a: &Args) -> *const u16 {
+        a.x
+    }
+    #[inline(always)]
+    fn packed(self, a: &Args) -> *const u32 {
+        a.packed
+    }
+    #[inline(always)]
+    fn scales(self, a: &Args) -> *const u8 {
+        a.scales
+    }
+    #[inline(always)]
+    fn y(self, a: &Args) -> *mut u16 {
+        a.y
+    }
+    #[inline(always)]
+    fn ws(self, a: &Args) -> *mut f32 {
+        a.ws
+    }
+    #[inline(always)]
+    fn counters(self, a: &Args) -> *mut u32 {
+        a.counters
+    }
+}
+
+/// Values computed per block (a grouped unit's rows, and pointers to its
+/// expert, rows and workspace share), parked in the misc region of shared
+/// memory at this address and loaded where used: the rows at byte 4, x,
+/// planes, scales, y, workspace and counters at bytes 16..64. Kept in
+/// registers, they cost the grouped instances up to 32 registers over the
+/// dense ones, and the two- and four-m-block ones their second block per
+/// SM.
+#[derive(Clone, Copy)]
+pub struct Staged(u32);
+
+impl Staged {
+    /// Byte offset of the rows in the misc region (the split-K flag is at 0).
+    const ROWS: u32 = 4;
+    /// Byte offset of the pointers in the misc region.
+    const POINTERS: u32 = 16;
+
+    /// Parks `rows` and `p` (x, planes, scales, y, workspace, counters) in
+    /// the misc region at `misc`; thread 0 stores, and the barrier
+    /// publishes them to the block.
+    #[inline(always)]
+    unsafe fn park(misc: u32, rows: u32, p: [u64; 6], tid: u32) -> Self {
+        if tid == 0 {
+            let at = misc + Self::POINTERS;
+            let w = |i: usize| [p[i] as u32, (p[i] >> 32) as u32, p[i + 1] as u32, (p[i + 1] >> 32) as u32];
+            unsafe {
+                ptx::st_shared_u32(misc + Self::ROWS, rows);
+                ptx::st_shared_v4(at, w(0));
+                ptx::st_shared_v4(at + 16, w(2));
+                ptx::st_shared_v4(at + 32, w(4));
+            }
+        }
+        ptx::bar_sync();
+        Staged(misc)
+    }
+
+    #[inline(always)]
+    fn load(self, i: u32) -> u64 {
+        // Reloaded after each write to memory, merged between two.
+        let [lo, hi] = unsafe { ptx::ld_shared_v2_const(self.0 + Self::POINTERS + 8 * i) };
+        lo as u64 | (hi as u64) << 32
+    }
+}
+
+impl Bases for Staged {
+    #[inline(always)]
+    fn m(self, _: &Args) -> u32 {
+        unsafe { ptx::ld_shared_u32_const(self.0 + Self::ROWS) }
+    }
+    #[inline(always)]
+    fn x(self, _: &Args) -> *const u16 {
+        self.load(0) as *const u16
+    }
+    #[inline(always)]
+    fn packed(self, _: &Args) -> *const u32 {
+        self.load(1) as *const u32
+    }
+    #[inline(always)]
+    fn scales(self, _: &Args) -> *const u8 {
+        self.load(2) as *const u8
+    }
+    #[inline(always)]
+    fn y(self, _: &Args) -> *mut u16 {
+        self.load(3) as *mut u16
+    }
+    #[inline(always)]
+    fn ws(self, _: &Args) -> *mut f32 {
+        self.load(4) as *mut f32
+    }
+    #[inline(always)]
+    fn counters(self, _: &Args) -> *mut u32 {
+        self.load(5) as *mut u32
+    }
+}
+
 /// One work item's position in the stream of K tiles.
 #[derive(Clone, Copy)]
 struct Cursor {
@@ -306,7 +436,10 @@ impl Cursor {
 /// launch has 256 threads, `smem_bytes(MB, NF, K, stages, stage_tiles)` bytes of dynamic
 /// shared memory and at most `items` blocks.
 #[inline(always)]
-pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, const STREAM: bool>(a: &Args) {
+pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, const STREAM: bool, B: Bases>(
+    a: &Args,
+    b: B,
+) {
     const { assert!(MB >= 1 && MB <= 4 && (NF == 2 || NF == 4) && K >= 2 && K <= 5) };
     let (kb, mbu, nfu) = (K as u32, MB as u32, NF as u32);
     let tid = ptx::tid();
@@ -359,7 +492,7 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
     for _ in 1..a.stages {
         if ld.live(&s) {
             // (All 16·MB rows: the X2 loop just never reads rows 8-15.)
-            unsafe { issue::<K, MB, NF, false>(a, &ld, ld.stage_len(&s), buf_w, tid) };
+            unsafe { issue::<K, MB, NF, false, B>(a, b, &ld, ld.stage_len(&s), buf_w, tid) };
             ld.advance(&s);
         }
         ptx::cp_async_commit();
@@ -386,7 +519,7 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
                 ptx::cp_async_wait_dyn(a.stages - 2);
                 ptx::bar_sync();
                 if ld.live(&s) {
-                    unsafe { issue::<K, MB, NF, $x2>(a, &ld, ld.stage_len(&s), buf_w, tid) };
+                    unsafe { issue::<K, MB, NF, $x2, B>(a, b, &ld, ld.stage_len(&s), buf_w, tid) };
                     ld.advance(&s);
                 }
                 ptx::cp_async_commit();
@@ -423,14 +556,14 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
 
                 cs.kt += len;
                 if cs.kt == cs.kt_end {
-                    unsafe { epilogue::<K, MB, NF, T>(a, &cs, &s, smem, tid, &acc) };
+                    unsafe { epilogue::<K, MB, NF, T, B>(a, b, &cs, &s, smem, tid, &acc) };
                     acc = [[[0f32; 4]; NF]; MB];
                     cs = cs.next_item(&s);
                 }
             }
         }};
     }
-    if x2_loop(K, MB, NF) && a.m <= 8 {
+    if x2_loop(K, MB, NF) && b.m(a) <= 8 {
         main_loop!(true)
     } else {
         main_loop!(false)
@@ -490,17 +623,17 @@ pub unsafe fn run_grouped<const K: usize, const MB: usize, const NF: usize, T: M
     let scale_bytes = kbit_format::tile::scales(a.n as usize, a.k as usize) as u64;
     let n_tiles = a.n.div_ceil(geo::tile_n(NF as u32)) as u64;
     let slot_f32 = geo::slot_f32(MB as u32, NF as u32) as u64;
-    let g = Args {
-        x: a.x.wrapping_add((row * k) as usize),
-        packed: a.packed.wrapping_add((e * words) as usize),
-        scales: a.scales.wrapping_add((e * scale_bytes) as usize),
-        y: a.y.wrapping_add((row * n) as usize),
-        ws: a.ws.wrapping_add((unit * a.items as u64 * slot_f32) as usize),
-        counters: a.counters.wrapping_add((unit * n_tiles) as usize),
-        m: rows,
-        ..*a
-    };
-    unsafe { run::<K, MB, NF, T, false>(&g) }
+    let bases = [
+        a.x.wrapping_add((row * k) as usize) as u64,
+        a.packed.wrapping_add((e * words) as usize) as u64,
+        a.scales.wrapping_add((e * scale_bytes) as usize) as u64,
+        a.y.wrapping_add((row * n) as usize) as u64,
+        a.ws.wrapping_add((unit * a.items as u64 * slot_f32) as usize) as u64,
+        a.counters.wrapping_add((unit * n_tiles) as usize) as u64,
+    ];
+    let misc = ptx::smem_base() + geo::misc_offset(K as u32, MB as u32);
+    let staged = unsafe { Staged::park(misc, rows, bases, ptx::tid()) };
+    unsafe { run::<K, MB, NF, T, false, Staged>(a, staged) }
 }
 
 /// Whether an instance stores its decode table before the prologue's copies
@@ -534,8 +667,9 @@ const fn x2_loop(k: usize, mb: usize, nf: usize) -> bool {
 /// which clamp every chunk. Both write the same bytes to the
 /// slots `< len`.
 #[inline(always)]
-unsafe fn issue<const K: usize, const MB: usize, const NF: usize, const X2: bool>(
+unsafe fn issue<const K: usize, const MB: usize, const NF: usize, const X2: bool, B: Bases>(
     a: &Args,
+    b: B,
     c: &Cursor,
     len: u32,
     buf: u32,
@@ -547,10 +681,10 @@ unsafe fn issue<const K: usize, const MB: usize, const NF: usize, const X2: bool
     // keep the edge copies: the interior copies' addresses and predicates
     // would raise them from 123–144 to ≈ 160 registers.
     if MB * NF < 16 && interior && a.stage_tiles <= geo::copy_stage_tiles(nfu) {
-        unsafe { issue_interior::<K, MB, NF, X2>(a, c, len, buf, tid) };
+        unsafe { issue_interior::<K, MB, NF, X2, B>(a, b, c, len, buf, tid) };
     } else {
-        unsafe { issue_a_edge::<K, MB, NF>(a, c.kt, len, buf, tid) };
-        unsafe { issue_ws_edge::<K, MB, NF>(a, c, len, buf, tid) };
+        unsafe { issue_a_edge::<K, MB, NF, B>(a, b, c.kt, len, buf, tid) };
+        unsafe { issue_ws_edge::<K, MB, NF, B>(a, b, c, len, buf, tid) };
     }
 }
 
@@ -603,8 +737,9 @@ unsafe fn copy_grid<const NF: usize>(
 /// odd k), which holds the window's offset bytes (0..16) and is zero-filled
 /// beyond (warps 7 and 6 issue these).
 #[inline(always)]
-unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize, const X2: bool>(
+unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize, const X2: bool, B: Bases>(
     a: &Args,
+    b: B,
     c: &Cursor,
     len: u32,
     buf: u32,
@@ -614,7 +749,7 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize, const
     let tb = geo::tile_bytes(mbu, nfu, kb);
     let tile_n = geo::tile_n(nfu) as u64;
     let (n, n0) = (a.n as u64, c.n0 as u64);
-    let (packed, scales) = (a.packed as *const u8, a.scales);
+    let (packed, scales) = (b.packed(a) as *const u8, b.scales(a));
     let kt_stage = a.stage_tiles.max(1);
     // With 48 accumulators per thread (MB = 3, TILE_N 128) the copy grid's
     // per-thread offsets are recomputed per stage rather than kept in
@@ -626,19 +761,19 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize, const
     let chunks = geo::a_chunks(mbu);
     let (rows, cols) = (geo::copy_slot_threads(chunks), geo::copy_chunk_threads(chunks));
     let (j0, c0) = geo::copy_start(tid, chunks);
-    let x = (a.x as *const u8).wrapping_add(2 * TILE_K * (c.kt + j0) as usize);
+    let x = (b.x(a) as *const u8).wrapping_add(2 * TILE_K * (c.kt + j0) as usize);
     unrolled!(geo::copy_chunk_rounds(chunks), q => {
         let ch = c0 + cols * q as u32;
         if q == 0 || ch < chunks {
             let (row, cc) = (ch >> 3, ch & 7);
-            let row_bytes = 2 * row.min(a.m - 1) as u64 * a.k as u64;
+            let row_bytes = 2 * row.min(b.m(a) - 1) as u64 * a.k as u64;
             let src = x.wrapping_add((row_bytes + 16 * cc as u64) as usize);
             let dst = buf + j0 * tb + geo::a_offset(row, cc);
             let live = !X2 || row < 8;
             unrolled!(geo::copy_slot_rounds(chunks, geo::copy_stage_tiles(NF as u32)), p => {
                 let d = rows * p as u32;
                 let at = src.wrapping_add(2 * TILE_K * d as usize);
-                let (copy, zero) = (live && j0 + d < kt_stage, row >= a.m || j0 + d >= len);
+                let (copy, zero) = (live && j0 + d < kt_stage, row >= b.m(a) || j0 + d >= len);
                 unsafe { ptx::cp_async_16_if_or_zero(dst + d * tb, at, copy, zero) };
             });
         }
@@ -684,8 +819,9 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize, const
 /// the chunks per slot), threads take `tid, tid + 256, …`; rows ≥ M and
 /// columns ≥ K zero-filled.
 #[inline(always)]
-unsafe fn issue_a_edge<const K: usize, const MB: usize, const NF: usize>(
+unsafe fn issue_a_edge<const K: usize, const MB: usize, const NF: usize, B: Bases>(
     a: &Args,
+    b: B,
     kt: u32,
     len: u32,
     buf: u32,
@@ -700,8 +836,9 @@ unsafe fn issue_a_edge<const K: usize, const MB: usize, const NF: usize>(
         let ch = i - j * a_chunks;
         let (row, cc) = (ch >> 3, ch & 7);
         let col = (kt + j) as u64 * TILE_K as u64 + 8 * cc as u64;
-        let ok = row < a.m && col < a.k as u64;
-        let src = if ok { unsafe { a.x.add((row as u64 * a.k as u64 + col) as usize) } } else { a.x };
+        let ok = row < b.m(a) && col < a.k as u64;
+        let x = b.x(a);
+        let src = if ok { unsafe { x.add((row as u64 * a.k as u64 + col) as usize) } } else { x };
         let dst = buf + j * tb + geo::a_offset(row, cc);
         unsafe { ptx::cp_async_16_zfill(dst, src as *const u8, if ok { 16 } else { 0 }) };
         i += geo::THREADS;
@@ -713,8 +850,9 @@ unsafe fn issue_a_edge<const K: usize, const MB: usize, const NF: usize>(
 /// `i / C`, threads take `tid, tid + 256, …`; each chunk reads the bytes of
 /// its window before the window's end, the rest is zero-filled.
 #[inline(always)]
-unsafe fn issue_ws_edge<const K: usize, const MB: usize, const NF: usize>(
+unsafe fn issue_ws_edge<const K: usize, const MB: usize, const NF: usize, B: Bases>(
     a: &Args,
+    b: B,
     c: &Cursor,
     len: u32,
     buf: u32,
@@ -725,7 +863,7 @@ unsafe fn issue_ws_edge<const K: usize, const MB: usize, const NF: usize>(
     // Weight planes: each tile's column span, from the 16-byte boundary below it.
     let (n, n0, nv) = (a.n as u64, c.n0 as u64, c.n_valid as u64);
     let w_chunks = geo::w_chunks(nfu, kb);
-    let packed = a.packed as *const u8;
+    let packed = b.packed(a) as *const u8;
     let mut i = tid;
     while i < len * w_chunks {
         let j = i / w_chunks;
@@ -747,7 +885,8 @@ unsafe fn issue_ws_edge<const K: usize, const MB: usize, const NF: usize>(
         let (s0, _, send) = geo::s_window(n, (c.kt + j) as u64, n0, nv);
         let ga = s0 + 16 * ch as u64;
         let bytes = if send > ga { (send - ga).min(16) as u32 } else { 0 };
-        let src = if bytes > 0 { unsafe { a.scales.add(ga as usize) } } else { a.scales };
+        let scales = b.scales(a);
+        let src = if bytes > 0 { unsafe { scales.add(ga as usize) } } else { scales };
         let dst = buf + j * tb + geo::s_offset(mbu, nfu, kb) + 16 * ch;
         unsafe { ptx::cp_async_16_zfill(dst, src, bytes) };
         i += geo::THREADS;
@@ -863,8 +1002,9 @@ fn frag_index(nf: u32, mb: u32, f: u32, t128: u32) -> u32 {
 /// order (chunk = `frag_index`), never a register array, so the
 /// accumulators stay in registers.
 #[inline(always)]
-unsafe fn epilogue<const K: usize, const MB: usize, const NF: usize, T: MmaElem>(
+unsafe fn epilogue<const K: usize, const MB: usize, const NF: usize, T: MmaElem, B: Bases>(
     a: &Args,
+    b: B,
     c: &Cursor,
     s: &Sched,
     smem: u32,
@@ -907,14 +1047,14 @@ unsafe fn epilogue<const K: usize, const MB: usize, const NF: usize, T: MmaElem>
         for j in 0..chunks_per_thread {
             let chunk = tid + geo::THREADS * j;
             let v = unsafe { ptx::ld_shared_v4(epi + 16 * chunk) }.map(f32::from_bits);
-            unsafe { store_chunk::<NF, T>(a, c.n0, chunk, &v) };
+            unsafe { store_chunk::<NF, T, B>(a, b, c.n0, chunk, &v) };
         }
         return;
     }
 
     // 1. Publish this split's partial in its own slot.
     let slot_f32 = geo::slot_f32(MB as u32, nfu) as u64;
-    let slot = unsafe { a.ws.add((c.item as u64 * slot_f32) as usize) } as *mut u32;
+    let slot = unsafe { b.ws(a).add((c.item as u64 * slot_f32) as usize) } as *mut u32;
     for j in 0..chunks_per_thread {
         let chunk = tid + geo::THREADS * j;
         let v = unsafe { ptx::ld_shared_v4(epi + 16 * chunk) };
@@ -924,7 +1064,7 @@ unsafe fn epilogue<const K: usize, const MB: usize, const NF: usize, T: MmaElem>
     // 2. Count the arrival; the block that completes the count reduces.
     // The barrier orders every thread's stores before thread 0's fence,
     // whose release (with the atomic) publishes them at GPU scope.
-    let counter = unsafe { a.counters.add(c.nt as usize) };
+    let counter = unsafe { b.counters(a).add(c.nt as usize) };
     if tid == 0 {
         ptx::fence_acq_rel_gpu();
         let old = unsafe { ptx::atom_add_acq_rel_gpu(counter, 1) };
@@ -939,7 +1079,7 @@ unsafe fn epilogue<const K: usize, const MB: usize, const NF: usize, T: MmaElem>
     // the other blocks' partials before these loads.
     // The workspace slot of the tile's first item: `nt·splits`, or `nt + fb`.
     let first_slot = if s.stream { (c.nt + fb) as u64 } else { c.nt as u64 * s.splits.get() as u64 };
-    let first = unsafe { a.ws.add((first_slot * slot_f32) as usize) } as *const u32;
+    let first = unsafe { b.ws(a).add((first_slot * slot_f32) as usize) } as *const u32;
     let step = slot_f32 as usize;
     let splits = count;
     for j in 0..chunks_per_thread {
@@ -955,7 +1095,7 @@ unsafe fn epilogue<const K: usize, const MB: usize, const NF: usize, T: MmaElem>
         } else {
             unsafe { sum_splits_in_batches(p, step, splits) }
         };
-        unsafe { store_chunk::<NF, T>(a, c.n0, chunk, &sum) };
+        unsafe { store_chunk::<NF, T, B>(a, b, c.n0, chunk, &sum) };
     }
     if tid == 0 {
         unsafe { ptx::st_relaxed_gpu_u32(counter, 0) };
@@ -1024,31 +1164,42 @@ const REDUCE_ROUND: usize = 4;
 
 /// Stores chunk `chunk` (fragment order) of a finished tile.
 #[inline(always)]
-unsafe fn store_chunk<const NF: usize, T: MmaElem>(a: &Args, n0: u32, chunk: u32, v: &[f32; 4]) {
+unsafe fn store_chunk<const NF: usize, T: MmaElem, B: Bases>(a: &Args, b: B, n0: u32, chunk: u32, v: &[f32; 4]) {
     let nfu = NF as u32;
     let (mbf, tt) = (chunk >> 7, chunk & 127);
-    unsafe { store4::<NF, T>(a, n0, mbf / nfu, mbf % nfu, tt >> 5, tt & 31, v) };
+    unsafe { store4::<NF, T>(a, b.m(a), b.y(a), n0, mbf / nfu, mbf % nfu, tt >> 5, tt & 31, v) };
 }
 
 /// Rounds one accumulator fragment (C map) to T and stores the elements
 /// inside `[M, N]`.
 #[inline(always)]
-unsafe fn store4<const NF: usize, T: MmaElem>(a: &Args, n0: u32, mb: u32, f: u32, cg: u32, lane: u32, v: &[f32; 4]) {
+#[allow(clippy::too_many_arguments)] // a fragment's position, spelled out
+unsafe fn store4<const NF: usize, T: MmaElem>(
+    a: &Args,
+    m: u32,
+    y: *mut u16,
+    n0: u32,
+    mb: u32,
+    f: u32,
+    cg: u32,
+    lane: u32,
+    v: &[f32; 4],
+) {
     for half in 0..2 {
         let row = geo::c_row(mb, lane, 2 * half);
         let col = n0 + geo::c_col(NF as u32, cg, f, lane, 0);
-        if row < a.m {
+        if row < m {
             let idx = (row as u64 * a.n as u64 + col as u64) as usize;
             let (lo, hi) = (T::from_f32(v[2 * half as usize]), T::from_f32(v[2 * half as usize + 1]));
             unsafe {
                 if a.flags & 1 != 0 && col + 1 < a.n {
-                    *(a.y.add(idx) as *mut u32) = lo as u32 | (hi as u32) << 16;
+                    *(y.add(idx) as *mut u32) = lo as u32 | (hi as u32) << 16;
                 } else {
                     if col < a.n {
-                        *a.y.add(idx) = lo;
+                        *y.add(idx) = lo;
                     }
                     if col + 1 < a.n {
-                        *a.y.add(idx + 1) = hi;
+                        *y.add(idx + 1) = hi;
                     }
                 }
             }

@@ -492,6 +492,34 @@ pub unsafe fn ld_shared_v2(addr: u32) -> [u32; 2] {
     [a, b]
 }
 
+/// `ld.shared.v2.b32` of a value that stays put while it is read (a
+/// block's parked constants): a pure read, so the compilers may merge
+/// repeated loads between two writes to memory, or drop unused ones. Any SM.
+///
+/// # Safety
+/// As [`ld_shared_v2`]; nothing writes the 8 bytes while the kernel reads them.
+#[inline(always)]
+pub unsafe fn ld_shared_v2_const(addr: u32) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    unsafe {
+        asm!("ld.shared.v2.b32 {{{a}, {b}}}, [{p}];", a = out(reg32) a, b = out(reg32) b, p = in(reg32) addr,
+             options(pure, readonly, nostack))
+    }
+    [a, b]
+}
+
+/// `ld.shared.b32` of a value that stays put while it is read; see
+/// [`ld_shared_v2_const`]. Any SM.
+///
+/// # Safety
+/// As [`ld_shared_u32`]; nothing writes the 4 bytes while the kernel reads them.
+#[inline(always)]
+pub unsafe fn ld_shared_u32_const(addr: u32) -> u32 {
+    let r: u32;
+    unsafe { asm!("ld.shared.b32 {r}, [{a}];", r = out(reg32) r, a = in(reg32) addr, options(pure, readonly, nostack)) }
+    r
+}
+
 /// `ld.shared.u8`: one E4M4 scale byte. Any SM.
 ///
 /// # Safety
