@@ -239,9 +239,11 @@ pub fn normalize_splits(k_tiles: u32, requested: u32) -> (u32, u32) {
 /// to `tiles_per_split` tiles when the items fit one round of resident
 /// blocks, else `blocks_per_sm · ceil(items / (SMs · blocks_per_sm))` (two
 /// blocks of one SM may both hold the larger share). Short items
-/// (≤ [`LATENCY_BOUND_TILES`] K tiles) at k ≤ 4 that fit one round are
-/// latency-bound: an SM's second block overlaps its first and costs half
-/// an item. With split-K each item also pays its
+/// (≤ [`LATENCY_BOUND_TILES`] K tiles) of one m block at k ≤ 4, two to an
+/// SM, are latency-bound: the second block overlaps the first and costs
+/// half an item (a third does not, nor wider tiles: see
+/// [`LATENCY_BOUND_TILES`]). With split-K each
+/// item also pays its
 /// publication (partial tile stores, a GPU-scope fence, the arrival
 /// counter, two barriers: ≈ `SPLIT_ITEM_COST` tile loads, which favors
 /// fewer, larger items), and every partial is read once more through L2
@@ -262,8 +264,8 @@ pub fn cost(n_tiles: u32, k_tiles: u32, splits: u32, sm_count: u32, tile: TileCo
     let waves = if items > grid {
         (items.div_ceil(grid) * bps) as f64
     } else {
-        let per_sm = items.div_ceil(sms) as f64;
-        if bits <= 4 && tps <= LATENCY_BOUND_TILES { 1.0 + (per_sm - 1.0) * 0.5 } else { per_sm }
+        let per_sm = items.div_ceil(sms);
+        if per_sm == 2 && tile.m_blocks == 1 && bits <= 4 && tps <= LATENCY_BOUND_TILES { 1.5 } else { per_sm as f64 }
     };
     if splits == 1 {
         return waves * tps as f64;
@@ -287,7 +289,12 @@ pub fn stream_cost(plan: &Plan) -> f64 {
 /// of 8 tiles on 256 blocks (two on most SMs) than as 2 splits of 16 on 128
 /// (k = 4, M = 5: 6.44 against 6.88 µs), and 4096×2048 as fast as 8 splits of
 /// 8 as 4 of 16; at k = 5, whose decode keeps the issue slots busier, and
-/// with longer items the second block cost a full item.
+/// with longer items the second block cost a full item. Three short items
+/// to an SM did not overlap as well: 2048×10240 at k = 2 took 10.9 µs as 4
+/// splits of 8 tiles on 320 blocks of 128 columns against 9.5 µs as 2
+/// splits of 16 on 320 blocks of 64; nor did two items of 32 or 64 rows
+/// (8 MoE experts of 2048×512 at 32 rows, k = 2: 7.9 µs as 2 splits per
+/// expert, 9.0 µs as 4).
 pub const LATENCY_BOUND_TILES: u32 = 8;
 
 /// Fixed latency of a split-K reduction, in K-tile loads.
