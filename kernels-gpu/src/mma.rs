@@ -55,7 +55,11 @@
 //! cursors derive `len` from the same (item, kt), so the loader and the
 //! compute agree stage by stage, and each item's K tiles are computed
 //! exactly once, in order. The loader cursor runs S−1 stages ahead of the
-//! compute cursor, across item boundaries. Each iteration: wait until
+//! compute cursor, across item boundaries. Before the programmatic-launch
+//! wait, a dense launch requests the planes and scales of those first
+//! stages into L2 and builds its decode table (no earlier kernel writes
+//! weights or codebooks), so that their latency overlaps the previous
+//! launch's tail. Each iteration: wait until
 //! ≤ S−2 copy groups are pending (the current stage has landed), barrier
 //! (everyone finished the previous stage, whose buffer is refilled next),
 //! issue the copies of stage i+S−1, commit (always, so group counting
@@ -188,6 +192,10 @@ pub struct Args {
 /// planes, scales, y, split-K workspace, counters): they are read at each
 /// use, not kept in registers across the main loop.
 pub trait Bases: Copy {
+    /// Whether [`run`] starts before the launch's grid-dependency wait, so
+    /// that it may request its first weights before it (dense launches; a
+    /// grouped unit learns its expert only after the wait).
+    const BEFORE_WAIT: bool;
     /// Rows M.
     fn m(self, a: &Args) -> u32;
     /// Activations.
@@ -210,6 +218,7 @@ pub trait Bases: Copy {
 pub struct Params;
 
 impl Bases for Params {
+    const BEFORE_WAIT: bool = true;
     #[inline(always)]
     fn m(self, a: &Args) -> u32 {
         a.m
@@ -284,6 +293,7 @@ impl Staged {
 }
 
 impl Bases for Staged {
+    const BEFORE_WAIT: bool = false;
     #[inline(always)]
     fn m(self, _: &Args) -> u32 {
         unsafe { ptx::ld_shared_u32_const(self.0 + Self::ROWS) }
@@ -477,12 +487,26 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
         tps_nz,
     };
 
+    // Before the grid-dependency wait, a dense launch does everything that
+    // needs no data an earlier kernel may write (the codebook and the
+    // weights): it requests the planes and scales of its first stages into
+    // L2 and builds its decode table, so that their latency passes while
+    // the previous launch finishes (the prefetch not for the 64-accumulator
+    // instances, MB = 4 with 128 columns: it took them from 124–128 to
+    // 157–162 registers, one block per SM; they serve M > 48, where the
+    // prologue is a small part of a call). A grouped unit is past the wait
+    // already (it had to find its expert).
     let table = unsafe { fragment::load_table::<K, MB>(a.cb, tid) };
     if table_first(K, MB) {
         unsafe { fragment::store_table::<K, MB, T>(tbl, &table, tid) };
     }
-    // The codebook is never written by the kernels this launch may overlap;
-    // activations, outputs, workspace and counters come after the wait.
+    if B::BEFORE_WAIT && MB * NF < 16 {
+        unsafe { prefetch_prologue::<K, NF, B>(a, b, &s, tid) };
+    }
+    if B::BEFORE_WAIT && !table_first(K, MB) {
+        unsafe { fragment::store_table::<K, MB, T>(tbl, &table, tid) };
+    }
+    // Activations, outputs, workspace and counters come after the wait.
     ptx::after_producers();
     let mut ld = Cursor::first(ptx::bid(), &s);
     let mut cs = ld;
@@ -498,10 +522,10 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
         ptx::cp_async_commit();
         buf_w = next(buf_w);
     }
-    // The decode table: codebook loads before the first copies, stores
-    // after them (see `table_first`); the main loop's first barrier
-    // publishes it.
-    if !table_first(K, MB) {
+    // A grouped unit's decode table: codebook loads before the first
+    // copies, stores after them (see `table_first`). The main loop's first
+    // barrier publishes the table.
+    if !B::BEFORE_WAIT && !table_first(K, MB) {
         unsafe { fragment::store_table::<K, MB, T>(tbl, &table, tid) };
     }
 
@@ -636,13 +660,64 @@ pub unsafe fn run_grouped<const K: usize, const MB: usize, const NF: usize, T: M
     unsafe { run::<K, MB, NF, T, false, Staged>(a, staged) }
 }
 
-/// Whether an instance stores its decode table before the prologue's copies
-/// (otherwise after them, so that the codebook loads wait behind nothing
-/// and the table build overlaps the first copies). Measured per instance,
-/// the order moves ptxas's schedule of the whole kernel: the 32-row tiles
-/// at k = 2 ran 3-6 % faster table-first (Qwen3 gate/up at M = 32: 11.0 →
-/// 10.4 µs), every other instance as fast or faster table-last (block
-/// TOTAL at M = 16, k = 4: −8 %).
+/// 128-byte lines that one K tile's plane window can touch: its
+/// `TILE_N·8k` bytes from a 16-byte boundary, counted from the line below.
+const fn w_lines(nf: u32, bits: u32) -> u32 {
+    geo::tile_n(nf) * 8 * bits / 128 + 1
+}
+
+/// Likewise for the `2·TILE_N` scale bytes.
+const fn s_lines(nf: u32) -> u32 {
+    geo::tile_n(nf) * 2 / 128 + 1
+}
+
+/// L2 prefetches of the planes and scales of the block's first `S − 1`
+/// stages (the ones the prologue copies), issued before the
+/// grid-dependency wait. The copies that follow the wait then find them in
+/// L2 (or on their way there). Thread `t` takes line `t % L` of tile `t / L`
+/// of each stage, L = [`w_lines`] + [`s_lines`] lines per tile: one line per
+/// thread and stage at most. Lines past a window's end (a partial last n
+/// tile) are skipped, so every address lies inside the arrays.
+///
+/// # Safety
+/// As [`run`].
+#[inline(always)]
+unsafe fn prefetch_prologue<const K: usize, const NF: usize, B: Bases>(a: &Args, b: B, s: &Sched, tid: u32) {
+    let (kb, nfu) = (K as u32, NF as u32);
+    let (wl, per_tile) = (w_lines(nfu, kb), w_lines(nfu, kb) + s_lines(nfu));
+    const { assert!((w_lines(4, 5) + s_lines(4)) * geo::MAX_STAGE_TILES <= geo::THREADS) };
+    let (j, l) = (tid / per_tile, tid % per_tile);
+    let mut c = Cursor::first(ptx::bid(), s);
+    for _ in 1..a.stages {
+        if !c.live(s) {
+            break;
+        }
+        if j < c.stage_len(s) {
+            let (kt, n0, nv) = ((c.kt + j) as u64, c.n0 as u64, c.n_valid as u64);
+            let (base, lo, end, line) = if l < wl {
+                let (w0, _, wend) = geo::w_window(a.n as u64, kt, n0, nv, K as u64);
+                (b.packed(a) as *const u8, w0, wend, l)
+            } else {
+                let (s0, _, send) = geo::s_window(a.n as u64, kt, n0, nv);
+                (b.scales(a), s0, send, l - wl)
+            };
+            let at = (lo & !127) + 128 * line as u64;
+            if at < end {
+                unsafe { ptx::prefetch_l2(base.wrapping_add(at.max(lo) as usize)) };
+            }
+        }
+        c.advance(s);
+    }
+}
+
+/// Whether an instance stores its decode table right after the codebook
+/// loads (otherwise later, so that the codebook loads wait behind nothing:
+/// after the L2 prefetches in a dense launch, after the first copies in a
+/// grouped one). Measured per instance (when every launch stored its table
+/// after its first copies), the order moves ptxas's schedule of the whole
+/// kernel: the 32-row tiles at k = 2 ran 3-6 % faster table-first (Qwen3
+/// gate/up at M = 32: 11.0 → 10.4 µs), every other instance as fast or
+/// faster table-last (block TOTAL at M = 16, k = 4: −8 %).
 const fn table_first(k: usize, mb: usize) -> bool {
     k == 2 && mb == 2
 }

@@ -409,6 +409,17 @@ pub fn mma_bf16(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
 
 // ---- Wrappers used by the tensor-core GEMM (mma.rs) -------------------------
 
+/// `prefetch.global.L2`: brings the 128-byte line holding `p` into L2
+/// without waiting for it or tying up a register or a `cp.async` group.
+/// Any SM.
+///
+/// # Safety
+/// `p` points into a global allocation.
+#[inline(always)]
+pub unsafe fn prefetch_l2(p: *const u8) {
+    unsafe { asm!("prefetch.global.L2 [{p}];", p = in(reg64) p) }
+}
+
 /// `cp.async.cg.shared.global` 16 bytes of which only `src_size` (0..=16)
 /// are read; the rest of the 16 shared bytes are zero-filled. Masks rows past
 /// M, columns past K and columns past N without branches around the copy. sm_80.
