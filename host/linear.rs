@@ -152,26 +152,25 @@ fn mma_preferred_at_large_m(shape: Shape) -> bool {
 }
 
 /// Whether automatic dispatch prefers the MMA kernel to the scalar GEMV at
-/// M ≤ 4 (H100 tables at 691c372 and aecc894, which agree with e07b37a;
-/// `bench-results/`):
-/// - M = 4 on matrices over 2^23 weights, and at k ≤ 4 on 2^23 (`q`, `o`:
-///   k = 4 6.87 against 7.22 µs and 6.91 against 7.68; at k = 5 `q` runs
-///   7.94 µs on the GEMV against 8.32); Qwen3 gate/up k = 4 7.38 against
-///   9.76 µs, Llama-3-70B 80.3 against 120.3;
-/// - M = 3 at k ≤ 4 on matrices over 2^23 weights (Qwen3 gate/up k = 2 / 4:
-///   6.43 / 7.36 against 8.35 / 8.38 µs, `down` 7.72 against 8.17, GLM
-///   shared 12.9 against 13.9, Llama-3-70B 80.3 against 102.4); at k = 5
-///   the GEMV is ahead (70B 103.0 against 118.5 µs), and at 2^23 (`q`,
-///   `o`) it is ahead or even;
-/// - never at M ≤ 2 (the GEMV is ahead, or behind by at most 2 %, on
-///   every design and Llama shape; GLM shared at k = 2 is the exception:
-///   9.50 against 10.15 µs).
+/// M ≤ 4 (H100 table at bb9905e, `bench-results/`; µs, MMA against GEMV):
+/// - M = 4 at k ≤ 4 on matrices of 2^20 weights and more: every design and
+///   Llama shape, from `kv` (2^20: k = 2 / 3 / 4 3.67 / 3.74 / 3.76 against
+///   4.16 / 3.98 / 4.11) to Llama-3-70B (k = 4 79.2 against 119.6); at
+///   k = 5 from 2^23 (`o` 7.91 against 8.39, `q` 7.91 against 7.91, Qwen3
+///   gate/up 8.49 against 10.4), while `kv` stays on the GEMV (4.36
+///   against 4.15). Smaller matrices were not measured and keep the GEMV;
+/// - M = 3 at k ≤ 4 on matrices of 2^23 weights and more (`q` k = 4 6.07
+///   against 6.42, `o` 6.34 against 6.88, Llama-3-70B 77.3 against 97.3;
+///   `kv` is 7 % faster on the GEMV); at k = 5 the GEMV is ahead on every
+///   shape but Qwen3 gate/up (Llama-3-70B 100.7 against 112.5 µs);
+/// - never at M ≤ 2: the GEMV is ahead on most shapes (`q` k = 4 5.63
+///   against 6.00, Llama-3-70B 64.6 against 77.3); the MMA kernel is ahead
+///   by 5-12 % only on Qwen3 gate/up at k = 3, 4 and GLM shared at k = 2, 3.
 fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32) -> bool {
     let weights = (shape.n as u64) * (shape.k as u64);
-    let over = weights > 1 << 23;
     match m {
-        4 => over || (weights == 1 << 23 && bits <= 4),
-        3 => over && bits <= 4,
+        4 => weights >= if bits <= 4 { 1 << 20 } else { 1 << 23 },
+        3 => bits <= 4 && weights >= 1 << 23,
         _ => false,
     }
 }

@@ -85,8 +85,8 @@ fn check_linear<T: Element>(
 fn expected_kernel(m: usize, shape: Shape, bits: u32) -> Kernel {
     let weights = shape.n * shape.k;
     match m {
-        4 if weights > 1 << 23 || (weights == 1 << 23 && bits <= 4) => Kernel::Mma,
-        3 if weights > 1 << 23 && bits <= 4 => Kernel::Mma,
+        4 if weights >= if bits <= 4 { 1 << 20 } else { 1 << 23 } => Kernel::Mma,
+        3 if weights >= 1 << 23 && bits <= 4 => Kernel::Mma,
         1..=4 => Kernel::Scalar,
         5..=32 => Kernel::Mma,
         33..=64 if shape.k >= 4096 || shape.n * shape.k >= 1 << 24 => Kernel::Mma,
@@ -146,18 +146,18 @@ fn linear_matches_reference_on_awkward_shapes() {
 
 #[test]
 fn linear_dispatch_around_the_crossovers() {
-    // Past 2^23 weights the MMA kernel takes M = 4, and M = 3 at k ≤ 4; at
-    // exactly 2^23 (`q`) only M = 4 at k ≤ 4; the scalar GEMV the rest of
-    // M ≤ 4. M = 48: the MMA kernel on the large matrix (K ≥ 4096),
+    // From 2^23 weights the MMA kernel takes M = 4, and M = 3 at k ≤ 4;
+    // from 2^20 (`kv`) M = 4 at k ≤ 4; below 2^20 the scalar GEMV takes
+    // all of M ≤ 4. M = 48: the MMA kernel on the large matrix (K ≥ 4096),
     // dequant + cuBLAS on the short-K ones. Every result checked against
     // the reference.
     let test = "linear_dispatch_around_the_crossovers";
     let _serial = serial();
     let Some(ctx) = common::gpu(test) else { return };
     let mut rng = common::rng(test);
-    // (N, K): 2^25 weights and more, exactly 2^23, and between (Qwen3
-    // gate/up).
-    for (n, k) in [(4100, 8192), (4096, 2048), (5120, 2048)] {
+    // (N, K): 2^25 weights and more, exactly 2^23, between (Qwen3 gate/up),
+    // exactly 2^20 (`kv`) and below.
+    for (n, k) in [(4100, 8192), (4096, 2048), (5120, 2048), (512, 2048), (256, 2048)] {
         let shape = Shape::new(n, k).unwrap();
         for bits in [4, 5] {
             let (w, host) = random_weight(&ctx, &mut rng, shape, bits);
@@ -167,8 +167,8 @@ fn linear_dispatch_around_the_crossovers() {
                 let kernel = check_linear::<f16>(&ctx, &mut rng, &w, &want_w, m, &what);
                 assert_eq!(kernel, expected_kernel(m, shape, bits), "{what}: dispatch at M = {m}");
                 let mma_at_small_m = match m {
-                    3 => n * k > 1 << 23 && bits <= 4,
-                    4 => n * k > 1 << 23 || bits <= 4,
+                    3 => n * k >= 1 << 23 && bits <= 4,
+                    4 => n * k >= 1 << 23 || (n * k >= 1 << 20 && bits <= 4),
                     _ => false,
                 };
                 if m <= 4 {
