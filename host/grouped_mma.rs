@@ -14,11 +14,12 @@
 
 use crate::context::STATUS_EXPERT_ROWS;
 use crate::device::dptr;
-use crate::launch::{self, args};
+use crate::launch::args;
+use crate::mma::MmaParams;
 use crate::module::{MMA_GROUPED_TILE_N, mma_grouped_slot, names};
 use crate::splitk::{self, Limits, Plan, Splits};
 use crate::{Context, Dtype, Element, Error, KbitExperts, MmaOptions, Result};
-use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
+use cudarc::driver::{DevicePtr, DevicePtrMut};
 use kbit_format::mma as geo;
 
 /// Most grouped units (block rows) one launch can have: the grid's y limit.
@@ -100,50 +101,13 @@ impl Context {
         if xp % 16 != 0 {
             return Err(Error::Alignment { what: "grouped_mma: activations x", align: 16 });
         }
-        let s = self.stream();
-        let (yp, _guard) = y.device_ptr_mut(s);
-        let (shape, bits) = (experts.shape(), experts.bits());
-        let slot = mma_grouped_slot(bits, gp.plan.tile.m_blocks, T::DTYPE).expect("planned instance exists");
-        let f = &self.kernels.mma[slot];
-        let (pp, sp, cp) = (dptr(&experts.packed, self), dptr(&experts.scales, self), dptr(&experts.cb, self));
-        let (wsp, ctp) = (dptr(&self.mma.workspace, self), dptr(&self.mma.counters, self));
-        let op = dptr(expert_offsets, self);
-        let pairs = (shape.n % 2 == 0 && yp % 4 == 0) as u32;
-        let p = &gp.plan;
-        let (ne, rows) = (experts.num_experts() as u32, total_rows as u32);
+        let (yp, _guard) = y.device_ptr_mut(self.stream());
+        let slot = mma_grouped_slot(experts.bits(), gp.plan.tile.m_blocks, T::DTYPE).expect("planned instance exists");
+        let weight = [dptr(&experts.packed, self), dptr(&experts.scales, self), dptr(&experts.cb, self)];
+        let params = MmaParams::new(self, &gp.plan, xp, weight, yp);
+        let (op, ne, rows) = (dptr(expert_offsets, self), experts.num_experts() as u32, total_rows as u32);
         let status = self.status_ptr(STATUS_EXPERT_ROWS);
-        let mut a = args![
-            xp,
-            pp,
-            sp,
-            cp,
-            yp,
-            wsp,
-            ctp,
-            p.m,
-            p.n,
-            p.k,
-            p.k_tiles,
-            p.splits,
-            p.tiles_per_split,
-            p.items,
-            p.stages,
-            p.stage_tiles,
-            pairs,
-            op,
-            ne,
-            rows,
-            status
-        ];
-        // Residency is judged on all the launch's blocks (every unit's).
-        let mut cfg = LaunchConfig {
-            grid_dim: (p.grid * gp.units, 1, 1),
-            block_dim: (geo::THREADS, 1, 1),
-            shared_mem_bytes: p.smem_bytes,
-        };
-        let programmatic = self.programmatic_now(&mut cfg, p.tile.blocks_per_sm);
-        cfg.grid_dim = (p.grid, gp.units, 1);
-        unsafe { launch::launch(s, f, cfg, programmatic, &mut a) }?;
+        unsafe { self.launch_mma(slot, &gp.plan, gp.units, &params, &args![op, ne, rows, status]) }?;
         Ok(Some(gp))
     }
 

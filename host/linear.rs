@@ -153,12 +153,13 @@ fn mma_preferred_at_large_m(shape: Shape) -> bool {
 
 /// Whether automatic dispatch prefers the MMA kernel to the scalar GEMV at
 /// M ≤ 4 (H100 table at bb9905e, `bench-results/`; µs, MMA against GEMV):
-/// - M = 4 at k ≤ 4 on matrices of 2^20 weights and more: every design and
-///   Llama shape, from `kv` (2^20: k = 2 / 3 / 4 3.67 / 3.74 / 3.76 against
-///   4.16 / 3.98 / 4.11) to Llama-3-70B (k = 4 79.2 against 119.6); at
-///   k = 5 from 2^23 (`o` 7.91 against 8.39, `q` 7.91 against 7.91, Qwen3
-///   gate/up 8.49 against 10.4), while `kv` stays on the GEMV (4.36
-///   against 4.15). Smaller matrices were not measured and keep the GEMV;
+/// - M = 4 on matrices of 2^20 weights and more: every design and Llama
+///   shape, from `kv` (2^20: k = 2 / 3 / 4 3.67 / 3.74 / 3.76 against
+///   4.16 / 3.98 / 4.11) to Llama-3-70B (k = 4 79.2 against 119.6). At
+///   k = 5 since the split-K cost model took `kv` to 8 splits and `q`, `o`
+///   to 4 and 8 (`kv` 4.08 against 4.15, `q` 7.27 against 7.94, `o` 7.54
+///   against 8.40; Qwen3 gate/up 8.49 against 10.4). Smaller matrices were
+///   not measured and keep the GEMV;
 /// - M = 3 at k ≤ 4 on matrices of 2^23 weights and more (`q` k = 4 6.07
 ///   against 6.42, `o` 6.34 against 6.88, Llama-3-70B 77.3 against 97.3;
 ///   `kv` is 7 % faster on the GEMV); at k = 5 the GEMV is ahead on every
@@ -169,7 +170,7 @@ fn mma_preferred_at_large_m(shape: Shape) -> bool {
 fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32) -> bool {
     let weights = (shape.n as u64) * (shape.k as u64);
     match m {
-        4 => weights >= if bits <= 4 { 1 << 20 } else { 1 << 23 },
+        4 => weights >= 1 << 20,
         3 => bits <= 4 && weights >= 1 << 23,
         _ => false,
     }

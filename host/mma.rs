@@ -17,7 +17,7 @@
 
 use crate::context::SMEM_RESERVED_PER_BLOCK;
 use crate::device::dptr;
-use crate::launch::{self, args};
+use crate::launch;
 use crate::module::{MMA_GROUPED_TILE_N, MMA_M_BLOCKS, MMA_STREAM, MMA_TILE_N, mma_grouped_slot, mma_slot, names};
 use crate::splitk::{self, Limits, Plan, Splits, TileConfig};
 use crate::weight::check_len;
@@ -25,6 +25,7 @@ use crate::{Context, DeviceInfo, Dtype, Element, Error, KbitWeight, Result};
 use cudarc::driver::sys::CUfunction_attribute as FnAttr;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kbit_format::mma as geo;
+use std::ffi::c_void;
 use std::sync::Arc;
 
 /// f32 values of the split-K workspace a context allocates (16 MiB): room
@@ -164,6 +165,75 @@ impl MmaState {
     }
 }
 
+/// The parameters every tensor-core GEMM entry takes first, in order
+/// (`kernels-gpu/src/mma.rs`, `Args::load`): x, planes, scales, codebook,
+/// y, workspace and counters, then M, N, K, K tiles, splits, K tiles per
+/// split, items, stages, K tiles per stage and the paired-store flag. The
+/// grouped entries take their own four after them.
+pub(crate) struct MmaParams {
+    pointers: [u64; 7],
+    values: [u32; 10],
+}
+
+/// Most parameters of a tensor-core GEMM entry (the grouped ones).
+const MMA_MAX_PARAMS: usize = 21;
+
+impl MmaParams {
+    /// The parameters of `plan` for activations at `x`, weight buffers
+    /// `[planes, scales, codebook]` and output at `y`, with the context's
+    /// split-K workspace and counters. Outputs are stored in pairs when N
+    /// is even and `y` 4-byte aligned.
+    pub(crate) fn new(ctx: &Context, plan: &Plan, x: u64, weight: [u64; 3], y: u64) -> Self {
+        let (ws, ct) = (dptr(&ctx.mma.workspace, ctx), dptr(&ctx.mma.counters, ctx));
+        let pairs = (plan.n % 2 == 0 && y % 4 == 0) as u32;
+        let p = plan;
+        Self {
+            pointers: [x, weight[0], weight[1], weight[2], y, ws, ct],
+            values: [p.m, p.n, p.k, p.k_tiles, p.splits, p.tiles_per_split, p.items, p.stages, p.stage_tiles, pairs],
+        }
+    }
+}
+
+impl Context {
+    /// Launches kernel-table entry `slot` with `plan` on `units` block rows
+    /// (`units` × `plan.grid` blocks), `params` followed by `extra`;
+    /// programmatic when [`Context::programmatic_now`] allows it for all
+    /// the launch's blocks.
+    ///
+    /// # Safety
+    /// `extra` points at values of the entry's parameter types after the
+    /// shared ones, and every pointer in `params` and `extra` covers what
+    /// `plan` makes the kernel touch.
+    pub(crate) unsafe fn launch_mma(
+        &self,
+        slot: usize,
+        plan: &Plan,
+        units: u32,
+        params: &MmaParams,
+        extra: &[*mut c_void],
+    ) -> Result<()> {
+        let shared = params.pointers.len() + params.values.len();
+        let mut a = [std::ptr::null_mut::<c_void>(); MMA_MAX_PARAMS];
+        let slots = a.iter_mut();
+        let values = params.pointers.iter().map(|p| std::ptr::from_ref(p).cast::<c_void>());
+        let values = values.chain(params.values.iter().map(|v| std::ptr::from_ref(v).cast::<c_void>()));
+        for (slot, v) in slots.zip(values) {
+            *slot = v.cast_mut();
+        }
+        a[shared..shared + extra.len()].copy_from_slice(extra);
+        // Residency is judged on all the launch's blocks (every unit's).
+        let mut cfg = LaunchConfig {
+            grid_dim: (plan.grid * units, 1, 1),
+            block_dim: (geo::THREADS, 1, 1),
+            shared_mem_bytes: plan.smem_bytes,
+        };
+        let programmatic = self.programmatic_now(&mut cfg, plan.tile.blocks_per_sm);
+        cfg.grid_dim = (plan.grid, units, 1);
+        let f = &self.kernels.mma[slot];
+        unsafe { launch::launch(self.stream(), f, cfg, programmatic, &mut a[..shared + extra.len()]) }
+    }
+}
+
 impl Context {
     /// `y[m, N] = x[m, K] · Wᵀ` on the tensor cores (kernel 2), for
     /// `m` in 1..=64, f16 or bf16 `x` and `y` (row-major, contiguous), with
@@ -216,47 +286,16 @@ impl Context {
         let shape = w.shape();
         check_len("activations", m * shape.k, x.len())?;
         check_len("output", m * shape.n, y.len())?;
-        let s = self.stream();
         let xp = dptr(x, self);
         if xp % 16 != 0 {
             return Err(Error::Alignment { what: "activations", align: 16 });
         }
-        let (yp, _guard) = y.device_ptr_mut(s);
-        let bits = w.bits();
-        let slot = mma_slot(bits, plan.tile.m_blocks, plan.tile.tile_n, T::DTYPE, plan.stream)
+        let (yp, _guard) = y.device_ptr_mut(self.stream());
+        let slot = mma_slot(w.bits(), plan.tile.m_blocks, plan.tile.tile_n, T::DTYPE, plan.stream)
             .expect("planned instance exists");
-        let f = &self.kernels.mma[slot];
-        let (pp, sp, cp) = (dptr(&w.packed, self), dptr(&w.scales, self), dptr(&w.cb, self));
-        let (wsp, ctp) = (dptr(&self.mma.workspace, self), dptr(&self.mma.counters, self));
-        let pairs = (shape.n % 2 == 0 && yp % 4 == 0) as u32;
-        let mut cfg = LaunchConfig {
-            grid_dim: (plan.grid, 1, 1),
-            block_dim: (geo::THREADS, 1, 1),
-            shared_mem_bytes: plan.smem_bytes,
-        };
-        let (mu, nu, ku) = (plan.m, plan.n, plan.k);
-        let p = &plan;
-        let mut a = args![
-            xp,
-            pp,
-            sp,
-            cp,
-            yp,
-            wsp,
-            ctp,
-            mu,
-            nu,
-            ku,
-            p.k_tiles,
-            p.splits,
-            p.tiles_per_split,
-            p.items,
-            p.stages,
-            p.stage_tiles,
-            pairs
-        ];
-        let programmatic = self.programmatic_now(&mut cfg, plan.tile.blocks_per_sm);
-        unsafe { launch::launch(s, f, cfg, programmatic, &mut a) }?;
+        let weight = [dptr(&w.packed, self), dptr(&w.scales, self), dptr(&w.cb, self)];
+        let params = MmaParams::new(self, &plan, xp, weight, yp);
+        unsafe { self.launch_mma(slot, &plan, 1, &params, &[]) }?;
         Ok(plan)
     }
 

@@ -239,11 +239,12 @@ pub fn normalize_splits(k_tiles: u32, requested: u32) -> (u32, u32) {
 /// to `tiles_per_split` tiles when the items fit one round of resident
 /// blocks, else `blocks_per_sm · ceil(items / (SMs · blocks_per_sm))` (two
 /// blocks of one SM may both hold the larger share). Short items
-/// (≤ [`LATENCY_BOUND_TILES`] K tiles) of one m block at k ≤ 4, two to an
-/// SM, are latency-bound: the second block overlaps the first and costs
-/// half an item (a third does not, nor wider tiles: see
-/// [`LATENCY_BOUND_TILES`]). With split-K each
-/// item also pays its
+/// (≤ [`LATENCY_BOUND_TILES`] K tiles) of one m block, two to an SM, are
+/// latency-bound: the second block overlaps the first and costs half an
+/// item (a third does not, nor wider tiles: see [`LATENCY_BOUND_TILES`]).
+/// A short item whose last stage is partial costs [`PARTIAL_STAGE_COST`]
+/// more.
+/// With split-K each item also pays its
 /// publication (partial tile stores, a GPU-scope fence, the arrival
 /// counter, two barriers: ≈ `SPLIT_ITEM_COST` tile loads, which favors
 /// fewer, larger items), and every partial is read once more through L2
@@ -265,12 +266,17 @@ pub fn cost(n_tiles: u32, k_tiles: u32, splits: u32, sm_count: u32, tile: TileCo
         (items.div_ceil(grid) * bps) as f64
     } else {
         let per_sm = items.div_ceil(sms);
-        if per_sm == 2 && tile.m_blocks == 1 && bits <= 4 && tps <= LATENCY_BOUND_TILES { 1.5 } else { per_sm as f64 }
+        if per_sm == 2 && tile.m_blocks == 1 && tps <= LATENCY_BOUND_TILES { 1.5 } else { per_sm as f64 }
     };
+    // A short item that ends in a partial stage runs that stage through
+    // the kernel's predicated tile loop instead of a straight-line one.
+    let (kt, _) = stage_shape(tile.tile_slots, tile.tile_n, tps);
+    let partial = tps % kt != 0 && tps <= LATENCY_BOUND_TILES;
+    let item = tps as f64 + if partial { PARTIAL_STAGE_COST } else { 0.0 };
     if splits == 1 {
-        return waves * tps as f64;
+        return waves * item;
     }
-    let stream = waves * (tps as f64 + SPLIT_ITEM_COST);
+    let stream = waves * (item + SPLIT_ITEM_COST);
     let per_split = 4.0 * m_blocks as f64 / (3.0 * bits as f64);
     stream + splits as f64 * per_split + SPLIT_FIXED_COST
 }
@@ -288,8 +294,12 @@ pub fn stream_cost(plan: &Plan) -> f64 {
 /// Qwen3 dense shapes): 2048×4096 at M = 5..8 ran 6–10 % faster as 4 splits
 /// of 8 tiles on 256 blocks (two on most SMs) than as 2 splits of 16 on 128
 /// (k = 4, M = 5: 6.44 against 6.88 µs), and 4096×2048 as fast as 8 splits of
-/// 8 as 4 of 16; at k = 5, whose decode keeps the issue slots busier, and
-/// with longer items the second block cost a full item. Three short items
+/// 8 as 4 of 16; with longer items the second block cost a full item. At
+/// k = 5 the same held once the decode table was built before the
+/// programmatic-launch wait (same shapes, M = 5: 2048×4096 7.17 µs as 4
+/// splits of 8 against 7.82 as 2 of 16, 4096×2048 7.44 as 8 of 8 against
+/// 7.78 as 4 of 16; before, the second block cost a full item at k = 5
+/// as well). Three short items
 /// to an SM did not overlap as well: 2048×10240 at k = 2 took 10.9 µs as 4
 /// splits of 8 tiles on 320 blocks of 128 columns against 9.5 µs as 2
 /// splits of 16 on 320 blocks of 64; nor did two items of 32 or 64 rows
@@ -299,6 +309,18 @@ pub const LATENCY_BOUND_TILES: u32 = 8;
 
 /// Fixed latency of a split-K reduction, in K-tile loads.
 const SPLIT_FIXED_COST: f64 = 2.0;
+
+/// Extra cost of a short item (≤ [`LATENCY_BOUND_TILES`] K tiles) whose
+/// last stage holds fewer than KT tiles, in K-tile loads. From a sweep of
+/// forced split counts on the H100 (2048×512, M = 4..16, k = 3..5, one
+/// round of blocks): 11 splits of 3 tiles and 6 splits of 6 (stages of
+/// 4 + 2) each took ≈ 0.3 µs, about one K tile's share, more than a fit
+/// through the whole-stage plans (2, 4 and 8 splits) gives them; at k = 5,
+/// 11 splits ran 4.35 µs against 4.01 µs for 8 splits of 4. Charged on
+/// longer items as well, it sent 2048×5120 at k = 2..4 from 3 splits of
+/// 11 tiles (6.3 µs at M = 5, k = 2) to one split on 80 blocks (7.5 µs):
+/// there the model's error is larger than the charge.
+const PARTIAL_STAGE_COST: f64 = 1.0;
 
 /// Per-item cost of publishing a split-K partial, in K-tile loads.
 const SPLIT_ITEM_COST: f64 = 2.0;

@@ -85,7 +85,7 @@ fn check_linear<T: Element>(
 fn expected_kernel(m: usize, shape: Shape, bits: u32) -> Kernel {
     let weights = shape.n * shape.k;
     match m {
-        4 if weights >= if bits <= 4 { 1 << 20 } else { 1 << 23 } => Kernel::Mma,
+        4 if weights >= 1 << 20 => Kernel::Mma,
         3 if weights >= 1 << 23 && bits <= 4 => Kernel::Mma,
         1..=4 => Kernel::Scalar,
         5..=32 => Kernel::Mma,
@@ -146,9 +146,8 @@ fn linear_matches_reference_on_awkward_shapes() {
 
 #[test]
 fn linear_dispatch_around_the_crossovers() {
-    // From 2^23 weights the MMA kernel takes M = 4, and M = 3 at k ≤ 4;
-    // from 2^20 (`kv`) M = 4 at k ≤ 4; below 2^20 the scalar GEMV takes
-    // all of M ≤ 4. M = 48: the MMA kernel on the large matrix (K ≥ 4096),
+    // From 2^20 weights (`kv`) the MMA kernel takes M = 4, from 2^23 also
+    // M = 3 at k ≤ 4; below 2^20 the scalar GEMV takes all of M ≤ 4. M = 48: the MMA kernel on the large matrix (K ≥ 4096),
     // dequant + cuBLAS on the short-K ones. Every result checked against
     // the reference.
     let test = "linear_dispatch_around_the_crossovers";
@@ -168,7 +167,7 @@ fn linear_dispatch_around_the_crossovers() {
                 assert_eq!(kernel, expected_kernel(m, shape, bits), "{what}: dispatch at M = {m}");
                 let mma_at_small_m = match m {
                     3 => n * k >= 1 << 23 && bits <= 4,
-                    4 => n * k >= 1 << 23 || (n * k >= 1 << 20 && bits <= 4),
+                    4 => n * k >= 1 << 20,
                     _ => false,
                 };
                 if m <= 4 {

@@ -579,20 +579,43 @@ fn auto_splits_balance_blocks_that_share_an_sm() {
 }
 
 #[test]
-fn auto_splits_let_short_items_share_an_sm_at_k_up_to_4() {
+fn auto_splits_let_short_items_share_an_sm() {
     // Qwen3 q (2048 → 4096), M = 5: 64 tiles of 64 columns, 32 K tiles.
-    // At k = 4, 4 splits of 8 tiles (256 blocks, two on most SMs) cost less
-    // than 2 of 16 (128 blocks); at k = 5 the second block costs a full
-    // item and 2 splits stay.
+    // 4 splits of 8 tiles (256 blocks, two on most SMs) cost less than 2 of
+    // 16 (128 blocks), at every k.
     let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 16, blocks_per_sm: 2 };
-    let p4 = splitk::plan(5, 4096, 2048, 4, 132, tile, Splits::Auto, LIMITS).unwrap();
-    assert_eq!((p4.splits, p4.tiles_per_split, p4.grid), (4, 8, 256), "{p4:?}");
-    let p5 = splitk::plan(5, 4096, 2048, 5, 132, tile, Splits::Auto, LIMITS).unwrap();
-    assert_eq!((p5.splits, p5.tiles_per_split, p5.grid), (2, 16, 128), "{p5:?}");
-    // Half an item for the second block, only for short items.
+    for bits in 2..=5 {
+        let p = splitk::plan(5, 4096, 2048, bits, 132, tile, Splits::Auto, LIMITS).unwrap();
+        assert_eq!((p.splits, p.tiles_per_split, p.grid), (4, 8, 256), "k = {bits}: {p:?}");
+    }
+    // Half an item for the second block, only for short items of one m block.
     let short = splitk::cost(64, 32, 4, 132, tile, 4);
     assert!((short - (1.5 * 10.0 + 4.0 / 3.0 + 2.0)).abs() < 1e-9, "{short}");
+    let two_m = TileConfig { m_blocks: 2, ..tile };
+    let long = splitk::cost(64, 32, 4, 132, two_m, 4);
+    assert!((long - (2.0 * 10.0 + 8.0 / 3.0 + 2.0)).abs() < 1e-9, "{long}");
     assert_eq!(splitk::cost(160, 32, 1, 132, tile, 4), 64.0);
+}
+
+#[test]
+fn auto_splits_avoid_partial_stages() {
+    // Qwen3 kv (2048 → 512), k = 5: 8 tiles of 64 columns, 32 K tiles, one
+    // round of blocks. 11 splits of 3 tiles end every item in a partial
+    // stage (KT = 4) and cost one tile more than their length; 8 splits of
+    // 4 are whole stages and win.
+    let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 16, blocks_per_sm: 2 };
+    let per_split = 4.0 / 15.0;
+    let c11 = splitk::cost(8, 32, 11, 132, tile, 5);
+    assert!((c11 - (3.0 + 1.0 + 2.0 + 11.0 * per_split + 2.0)).abs() < 1e-9, "{c11}");
+    let c8 = splitk::cost(8, 32, 8, 132, tile, 5);
+    assert!((c8 - (4.0 + 2.0 + 8.0 * per_split + 2.0)).abs() < 1e-9, "{c8}");
+    let p = splitk::plan(5, 512, 2048, 5, 132, tile, Splits::Auto, LIMITS).unwrap();
+    assert_eq!((p.splits, p.tiles_per_split, p.stage_tiles, p.stages), (8, 4, 4, 4), "{p:?}");
+    // Without split-K the charge applies alike: 6 tiles at KT = 4.
+    assert_eq!(splitk::cost(1, 6, 1, 132, tile, 4), 7.0);
+    assert_eq!(splitk::cost(1, 8, 1, 132, tile, 4), 8.0);
+    // Longer items are not charged (11 tiles: stages of 4 + 4 + 3).
+    assert_eq!(splitk::cost(1, 11, 1, 132, tile, 4), 11.0);
 }
 
 /// The kernel's work walk (`kernels-gpu/src/mma.rs`, `run`), replayed on the
