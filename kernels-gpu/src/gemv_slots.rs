@@ -505,6 +505,45 @@ pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     unsafe { body::<M, K, T, false>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, ptx::bid()) }
 }
 
+/// Requests into L2 the first two K tiles (plane words and scale bytes)
+/// that this thread of [`body`] loads for column block `col_block` of the
+/// matrix at `packed` / `scales`: the first and last byte of each tile's
+/// span, which covers the lines of the 16..40-byte plane span of k = 2..5.
+///
+/// # Safety
+/// As [`body`] (only addresses of tiles that exist are requested).
+#[inline(always)]
+unsafe fn prefetch_first_tiles<const K: usize>(
+    packed: *const u32,
+    scales: *const u8,
+    n_dim: u32,
+    k_dim: u32,
+    geom: u32,
+    col_block: u32,
+) {
+    let geo = Geometry::unpack(geom);
+    let t = ptx::tid();
+    let cols = geo.cols();
+    let slot = t >> geo.log_cols;
+    let n = col_block as u64 * cols as u64 + (t & (cols - 1)) as u64;
+    let k_tiles = (k_dim >> 6) + (k_dim & 63 != 0) as u32;
+    if n >= n_dim as u64 {
+        return;
+    }
+    let mut at = Cursor::new::<K>(packed, scales, n_dim as u64, n, slot as u64, geo.slots() as u64);
+    for i in 0..2u32 {
+        if (i << geo.log_slots) + slot < k_tiles {
+            let w = at.words.cast::<u8>();
+            unsafe {
+                ptx::prefetch_l2(w);
+                ptx::prefetch_l2(w.wrapping_add(8 * K - 1));
+                ptx::prefetch_l2(at.scales);
+            }
+        }
+        at.advance();
+    }
+}
+
 /// Body of `kbit_grouped_gemv_m{M}_k{K}_{T}` (M = max_m): block
 /// `b = unit·col_blocks + cb`; the block of an expert's unit
 /// (`grouped_unit`) computes column block `cb` of that expert's first
@@ -533,19 +572,34 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     geom: u32,
     col_blocks: u32,
 ) {
-    // The expert offsets come from earlier kernels (the router): nothing is
-    // read before the wait here (the body's second wait returns at once).
-    ptx::after_producers();
-    let Some(col_blocks) = NonZeroU32::new(col_blocks) else { return };
+    let Some(col_blocks) = NonZeroU32::new(col_blocks) else { return ptx::after_producers() };
     let b = ptx::bid();
     let col_block = b % col_blocks;
-    let Some((e, row, rows)) = (unsafe { grouped_unit(offsets, num_experts, total_rows, M as u32, b / col_blocks) })
-    else {
+    let words = tile::words(n_dim as usize, k_dim as usize, K) as u64;
+    let bytes = tile::scales(n_dim as usize, k_dim as usize) as u64;
+    // The expert offsets come from earlier kernels (the router) and are read
+    // only after the wait. Before it, the block requests into L2 the first
+    // weight tiles of expert `unit` (weights are never written by the
+    // kernels this launch may overlap): its expert when there are fewer
+    // experts than rows, and, with as many, the expert of row `unit`
+    // whenever every expert has one row (the decode step of a MoE layer
+    // whose active experts were passed); a wrong guess costs two tiles
+    // per thread of bandwidth, nothing else. Only blocks of the first wave
+    // (at most two 512-thread blocks per SM) do it: a later block starts
+    // after the wait has passed, and its request would only precede its
+    // own loads (64 experts × 1 row: 2-5 % slower with every block
+    // requesting).
+    let unit = b / col_blocks;
+    if num_experts <= total_rows && unit < num_experts && b < 2 * ptx::sm_id_bound() {
+        let e = unit as u64;
+        let (p, s) = (packed.wrapping_add((e * words) as usize), scales.wrapping_add((e * bytes) as usize));
+        unsafe { prefetch_first_tiles::<K>(p, s, n_dim, k_dim, geom, col_block) };
+    }
+    ptx::after_producers();
+    let Some((e, row, rows)) = (unsafe { grouped_unit(offsets, num_experts, total_rows, M as u32, unit) }) else {
         return;
     };
     let e = e as u64;
-    let words = tile::words(n_dim as usize, k_dim as usize, K) as u64;
-    let bytes = tile::scales(n_dim as usize, k_dim as usize) as u64;
     unsafe {
         body::<M, K, T, true>(
             packed.add((e * words) as usize),

@@ -44,6 +44,14 @@ pub fn bid_y() -> u32 {
 pub fn grid_dim() -> u32 {
     unsafe { _grid_dim_x() as u32 }
 }
+/// `%nsmid`: one more than the largest SM id (at least the SM count;
+/// ids need not be contiguous). Any SM.
+#[inline(always)]
+pub fn sm_id_bound() -> u32 {
+    let r: u32;
+    unsafe { asm!("mov.u32 {r}, %nsmid;", r = out(reg32) r) }
+    r
+}
 /// `bar.warp.sync`: all lanes of the warp meet; memory they wrote before
 /// is visible to the others after. sm_70.
 #[inline(always)]
