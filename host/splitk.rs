@@ -320,7 +320,7 @@ const SPLIT_FIXED_COST: f64 = 2.0;
 /// longer items as well, it sent 2048×5120 at k = 2..4 from 3 splits of
 /// 11 tiles (6.3 µs at M = 5, k = 2) to one split on 80 blocks (7.5 µs):
 /// there the model's error is larger than the charge.
-const PARTIAL_STAGE_COST: f64 = 1.0;
+pub const PARTIAL_STAGE_COST: f64 = 1.0;
 
 /// Per-item cost of publishing a split-K partial, in K-tile loads.
 const SPLIT_ITEM_COST: f64 = 2.0;
