@@ -147,9 +147,10 @@ fn linear_matches_reference_on_awkward_shapes() {
 #[test]
 fn linear_dispatch_around_the_crossovers() {
     // From 2^20 weights (`kv`) the MMA kernel takes M = 4, from 2^23 also
-    // M = 3 at k ≤ 4; below 2^20 the scalar GEMV takes all of M ≤ 4. M = 48: the MMA kernel on the large matrix (K ≥ 4096),
-    // dequant + cuBLAS on the short-K ones. Every result checked against
-    // the reference.
+    // M = 3 at k ≤ 4; below 2^20 the scalar GEMV takes all of M ≤ 4.
+    // M = 48: the MMA kernel on the large matrix (K ≥ 4096), dequant +
+    // cuBLAS on the short-K ones. Every result checked against the
+    // reference.
     let test = "linear_dispatch_around_the_crossovers";
     let _serial = serial();
     let Some(ctx) = common::gpu(test) else { return };
