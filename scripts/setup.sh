@@ -1,6 +1,7 @@
 # Sourced by the other scripts: installs the pinned Rust toolchain (from
 # rust-toolchain.toml, with rust-src and llvm-bitcode-linker for the nvptx64
-# kernels) and ptxas (from the PyPI wheel nvidia-cuda-nvcc-cu12) into .tools/.
+# kernels), ptxas (from the PyPI wheel nvidia-cuda-nvcc-cu12) and nvdisasm
+# (from nvidia-cuda-nvdisasm, for the test that reads the sm_90 code) into .tools/.
 if ! command -v rustup >/dev/null 2>&1; then
   echo "== installing rustup"
   curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --default-toolchain none --profile minimal
@@ -18,4 +19,13 @@ if [ ! -x "$ptxas_bin" ]; then
   rm -rf .tools/wheel
 fi
 export KBIT_PTXAS="$PWD/$ptxas_bin"
+nvdisasm_bin=.tools/nvdisasm/nvidia/cu13/bin/nvdisasm
+if [ ! -x "$nvdisasm_bin" ]; then
+  echo "== nvdisasm (PyPI nvidia-cuda-nvdisasm)"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: -d .tools/wheel 'nvidia-cuda-nvdisasm>=13,<14'
+  python3 -c "import zipfile, glob; zipfile.ZipFile(sorted(glob.glob('.tools/wheel/nvidia_cuda_nvdisasm-*.whl'))[-1]).extractall('.tools/nvdisasm')"
+  chmod +x "$nvdisasm_bin"
+  rm -rf .tools/wheel
+fi
+export KBIT_NVDISASM="$PWD/$nvdisasm_bin"
 "$KBIT_PTXAS" --version | tail -n 1

@@ -1,28 +1,74 @@
 //! The embedded PTX: every kernel the host expects is there, assembles with
 //! `ptxas` for sm_89 and sm_90 with 0 spill bytes and 0 stack frame, the
-//! tensor-core and async-copy instructions are present, and no panic path
-//! was compiled in. Prints a register table per kernel and architecture.
+//! tensor-core and async-copy instructions are present, no panic path was
+//! compiled in, and on sm_90 every dense programmatic kernel requests memory
+//! before its grid-dependency wait. Prints a register table per kernel and
+//! architecture.
 //!
 //! ptxas comes from `KBIT_PTXAS`, `PATH`, or `.tools/` (where the test
-//! script installs the `nvidia-cuda-nvcc-cu12` wheel). Without it the test
-//! skips visibly, unless `KBIT_REQUIRE_PTXAS=1`.
+//! script installs the `nvidia-cuda-nvcc-cu12` wheel), nvdisasm from
+//! `KBIT_NVDISASM`, `PATH`, or `.tools/` (the `nvidia-cuda-nvdisasm` wheel).
+//! Without them the tests that need them skip visibly, unless
+//! `KBIT_REQUIRE_PTXAS=1`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const ARCHS: [&str; 2] = ["sm_89", "sm_90"];
 
-fn ptxas() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("KBIT_PTXAS") {
+/// A tool from the environment variable `var`, the `.tools/` path `local`
+/// (relative to the crate root), or `PATH`.
+fn tool(var: &str, local: &str, name: &str) -> Option<PathBuf> {
+    if let Ok(p) = std::env::var(var) {
         return Some(PathBuf::from(p));
     }
-    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".tools/nvcc/nvidia/cuda_nvcc/bin/ptxas");
+    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(local);
     if local.exists() {
         return Some(local);
     }
-    Command::new("ptxas").arg("--version").output().ok().filter(|o| o.status.success()).map(|_| PathBuf::from("ptxas"))
+    Command::new(name).arg("--version").output().ok().filter(|o| o.status.success()).map(|_| PathBuf::from(name))
+}
+
+fn ptxas() -> Option<PathBuf> {
+    tool("KBIT_PTXAS", ".tools/nvcc/nvidia/cuda_nvcc/bin/ptxas", "ptxas")
+}
+
+fn nvdisasm() -> Option<PathBuf> {
+    tool("KBIT_NVDISASM", ".tools/nvdisasm/nvidia/cu13/bin/nvdisasm", "nvdisasm")
+}
+
+/// Whether a missing tool is an error (`KBIT_REQUIRE_PTXAS=1`) or a visible skip.
+fn skip_without(tool: &str, test: &str) {
+    if std::env::var("KBIT_REQUIRE_PTXAS").is_ok_and(|v| v == "1") {
+        panic!("KBIT_REQUIRE_PTXAS=1 but no {tool} (scripts/setup.sh installs it into .tools/)");
+    }
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED (no {tool}): {test}");
+}
+
+/// Assembles the module the host loads on `arch` into `dir/<arch>.cubin`;
+/// returns ptxas' `-v` log.
+fn assemble(ptxas: &Path, arch: &str, dir: &Path) -> String {
+    let src = dir.join(format!("{arch}.ptx"));
+    let cc = if arch == "sm_89" { (8, 9) } else { (9, 0) };
+    std::fs::write(&src, kbit::module::ptx_for(cc).as_bytes()).unwrap();
+    let out = Command::new(ptxas)
+        .args(["-v", "--warn-on-spills", "-arch", arch, "-o"])
+        .arg(dir.join(format!("{arch}.cubin")))
+        .arg(&src)
+        .output()
+        .expect("running ptxas");
+    let log = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "ptxas {arch} failed:\n{log}");
+    log
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kbit-ptx-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 #[derive(Default, Debug)]
@@ -110,32 +156,15 @@ fn programmatic_kernels_wait_for_their_producers() {
 #[test]
 fn ptxas_sm89_sm90_no_spills_no_stack() {
     let Some(ptxas) = ptxas() else {
-        if std::env::var("KBIT_REQUIRE_PTXAS").is_ok_and(|v| v == "1") {
-            panic!(
-                "KBIT_REQUIRE_PTXAS=1 but no ptxas (set KBIT_PTXAS or install nvidia-cuda-nvcc-cu12 into .tools/nvcc)"
-            );
-        }
-        let _ = writeln!(std::io::stderr().lock(), "SKIPPED (no ptxas): ptxas_sm89_sm90_no_spills_no_stack");
-        return;
+        return skip_without("ptxas", "ptxas_sm89_sm90_no_spills_no_stack");
     };
-    let dir = std::env::temp_dir().join(format!("kbit-ptx-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("regs");
     let expected = kbit::module::names::all();
     let mut table: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     let mut bad = Vec::new();
     for arch in ARCHS {
         // Each architecture gets the module the host loads on it.
-        let src = dir.join(format!("{arch}.ptx"));
-        let cc = if arch == "sm_89" { (8, 9) } else { (9, 0) };
-        std::fs::write(&src, kbit::module::ptx_for(cc).as_bytes()).unwrap();
-        let out = Command::new(&ptxas)
-            .args(["-v", "--warn-on-spills", "-arch", arch, "-o"])
-            .arg(dir.join(format!("{arch}.cubin")))
-            .arg(&src)
-            .output()
-            .expect("running ptxas");
-        let log = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "ptxas {arch} failed:\n{log}");
+        let log = assemble(&ptxas, arch, &dir);
         let props = parse(&log);
         for name in &expected {
             let p = props.get(name).unwrap_or_else(|| panic!("{arch}: ptxas did not report {name}"));
@@ -159,4 +188,76 @@ fn ptxas_sm89_sm90_no_spills_no_stack() {
     let _ = writeln!(std::io::stderr().lock(), "{s}");
     let _ = std::fs::remove_dir_all(&dir);
     assert!(bad.is_empty(), "kernels with stack frames, spills or too many registers:\n{}", bad.join("\n"));
+}
+
+/// The instructions (SASS text, one per entry) of each function in
+/// `nvdisasm -c` output, by function name.
+fn functions(listing: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in listing.lines() {
+        if let Some(name) = line.strip_prefix(".text.").and_then(|l| l.strip_suffix(':')) {
+            current = Some(name.to_string());
+            out.entry(name.to_string()).or_default();
+        } else if let (Some(name), Some(at)) = (&current, line.find("*/")) {
+            // `/*0040*/  @!P0 LDG.E.128 R4, desc[UR4][R2.64] ;`
+            if line.trim_start().starts_with("/*") {
+                let insn = line[at + 2..].trim().trim_end_matches(';').trim();
+                out.get_mut(name).unwrap().push(insn.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// On sm_90 a GEMV or tensor-core GEMM launch starts while the previous
+/// kernel finishes and waits for it at `griddepcontrol.wait` (`ACQBULK`).
+/// Every dense instance issues reads that need no earlier kernel (its
+/// first weight tiles or their L2 prefetch, its codebook) before that wait,
+/// so their latency passes while the previous kernel runs. ptxas is free
+/// to schedule the wait above independent loads of the same basic block;
+/// this checks the assembled code still has a global read (`LDG`,
+/// `LDGSTS`) or prefetch (`CCTL`) ahead of the main path's wait (the
+/// first one not followed at once by `EXIT`). The grouped instances wait
+/// first: they read the expert offsets before they know which weights to load.
+#[test]
+fn dense_launches_read_before_their_wait() {
+    let (Some(ptxas), Some(nvdisasm)) = (ptxas(), nvdisasm()) else {
+        return skip_without("ptxas or nvdisasm", "dense_launches_read_before_their_wait");
+    };
+    let dir = scratch("wait");
+    assemble(&ptxas, "sm_90", &dir);
+    let out = Command::new(&nvdisasm).arg("-c").arg(dir.join("sm_90.cubin")).output().expect("running nvdisasm");
+    assert!(out.status.success(), "nvdisasm failed: {}", String::from_utf8_lossy(&out.stderr));
+    let code = functions(&String::from_utf8_lossy(&out.stdout));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut bad = Vec::new();
+    let mut checked = 0;
+    for name in kbit::module::names::all() {
+        let programmatic = name.contains("gemv") || name.starts_with("kbit_mma_");
+        if !programmatic || name.contains("grouped") {
+            continue;
+        }
+        let insns = code.get(&name).unwrap_or_else(|| panic!("nvdisasm did not list {name}"));
+        // The opcode and operands, without a guard predicate (`@!P0 `).
+        let ops: Vec<&str> = insns
+            .iter()
+            .map(|i| if i.starts_with('@') { i.split_once(' ').map_or("", |(_, r)| r.trim()) } else { i })
+            .collect();
+        let wait = ops
+            .iter()
+            .enumerate()
+            .position(|(i, o)| o.starts_with("ACQBULK") && !ops[i + 1..(i + 3).min(ops.len())].contains(&"EXIT"));
+        let Some(wait) = wait else {
+            bad.push(format!("{name}: no grid-dependency wait on its main path"));
+            continue;
+        };
+        let reads = ops[..wait].iter().filter(|o| o.starts_with("LDG") || o.starts_with("CCTL")).count();
+        if reads == 0 {
+            bad.push(format!("{name}: nothing read before the wait (instruction {wait})"));
+        }
+        checked += 1;
+    }
+    assert!(checked > 100, "only {checked} dense programmatic kernels found");
+    assert!(bad.is_empty(), "dense programmatic kernels that read nothing before their wait:\n{}", bad.join("\n"));
 }

@@ -361,6 +361,15 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const GROUPED
     let (mut ta, mut tb, mut tc) = (Tile::<K>::ZERO, Tile::<K>::ZERO, Tile::<K>::ZERO);
     fetch(0, &mut ta);
     fetch(1, &mut tb);
+    if !GROUPED && col_ok {
+        // The thread's later tiles go to L2 now: before the wait this
+        // block may be running beside the previous launch, and its loads
+        // after the wait then come from L2 instead of DRAM. (This also
+        // keeps the two loads above ahead of the wait: with nothing between
+        // them, ptxas scheduled the wait first; `tests/ptx.rs` checks it.)
+        let later = Cursor::new::<K>(packed, scales, n_dim, n, (2 << geo.log_slots) + slot as u64, geo.slots() as u64);
+        unsafe { prefetch_tiles::<K>(later, 2, n_iter, |i| kt_of(i) < k_tiles) };
+    }
     // Weights and codebook are never written by the kernels this launch may
     // overlap; activations and outputs are touched only from here on.
     ptx::after_producers();
@@ -505,10 +514,34 @@ pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     unsafe { body::<M, K, T, false>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, ptx::bid()) }
 }
 
-/// Requests into L2 the first two K tiles (plane words and scale bytes)
-/// that this thread of [`body`] loads for column block `col_block` of the
-/// matrix at `packed` / `scales`: the first and last byte of each tile's
-/// span, which covers the lines of the 16..40-byte plane span of k = 2..5.
+/// Requests into L2 the plane words and scale bytes of tiles `from .. to`
+/// of one thread of [`body`] (`at` is the cursor of tile `from`, `exists`
+/// says whether tile `i` lies inside K): the first and last byte of each
+/// tile's span, which covers the lines of the 16..40-byte plane span of
+/// k = 2..5 (a warp's requests for one line are merged).
+///
+/// # Safety
+/// `at` describes a column of the matrix (only tiles that exist are requested).
+#[inline(always)]
+unsafe fn prefetch_tiles<const K: usize>(mut at: Cursor, from: u32, to: u32, exists: impl Fn(u32) -> bool) {
+    let mut i = from;
+    while i < to {
+        if exists(i) {
+            let w = at.words.cast::<u8>();
+            unsafe {
+                ptx::prefetch_l2(w);
+                ptx::prefetch_l2(w.wrapping_add(8 * K - 1));
+                ptx::prefetch_l2(at.scales);
+            }
+        }
+        at.advance();
+        i += 1;
+    }
+}
+
+/// Requests into L2 the first two K tiles that this thread of [`body`]
+/// loads for column block `col_block` of the matrix at `packed` / `scales`
+/// ([`prefetch_tiles`]).
 ///
 /// # Safety
 /// As [`body`] (only addresses of tiles that exist are requested).
@@ -530,18 +563,8 @@ unsafe fn prefetch_first_tiles<const K: usize>(
     if n >= n_dim as u64 {
         return;
     }
-    let mut at = Cursor::new::<K>(packed, scales, n_dim as u64, n, slot as u64, geo.slots() as u64);
-    for i in 0..2u32 {
-        if (i << geo.log_slots) + slot < k_tiles {
-            let w = at.words.cast::<u8>();
-            unsafe {
-                ptx::prefetch_l2(w);
-                ptx::prefetch_l2(w.wrapping_add(8 * K - 1));
-                ptx::prefetch_l2(at.scales);
-            }
-        }
-        at.advance();
-    }
+    let at = Cursor::new::<K>(packed, scales, n_dim as u64, n, slot as u64, geo.slots() as u64);
+    unsafe { prefetch_tiles::<K>(at, 0, 2, |i| (i << geo.log_slots) + slot < k_tiles) };
 }
 
 /// Body of `kbit_grouped_gemv_m{M}_k{K}_{T}` (M = max_m): block
