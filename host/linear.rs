@@ -160,10 +160,13 @@ fn mma_preferred_at_large_m(shape: Shape) -> bool {
 ///   to 4 and 8 (`kv` 4.08 against 4.15, `q` 7.27 against 7.94, `o` 7.54
 ///   against 8.40; Qwen3 gate/up 8.49 against 10.4). Smaller matrices were
 ///   not measured and keep the GEMV;
-/// - M = 3 at k ≤ 4 on matrices of 2^23 weights and more (`q` k = 4 6.07
-///   against 6.42, `o` 6.34 against 6.88, Llama-3-70B 77.3 against 97.3;
-///   `kv` is 7 % faster on the GEMV); at k = 5 the GEMV is ahead on every
-///   shape but Qwen3 gate/up (Llama-3-70B 100.7 against 112.5 µs);
+/// - M = 3 at k ≤ 4 on matrices of more than 2^23 weights (table at
+///   14576aa: Qwen3 gate/up k = 4 6.92 against 7.79, Llama-3-70B 79.3
+///   against 102.5; `down` within 1 %); on `q` and `o` (2^23) the GEMV has
+///   been ahead since its first weight loads go out before the
+///   grid-dependency wait (k = 2..4: `q` 5.28 / 5.44 / 5.70 against 5.46 /
+///   5.82 / 6.05); at k = 5 the GEMV is ahead on every shape but Qwen3
+///   gate/up (bb9905e: Llama-3-70B 100.7 against 112.5 µs);
 /// - never at M ≤ 2: the GEMV is ahead on most shapes (`q` k = 4 5.63
 ///   against 6.00, Llama-3-70B 64.6 against 77.3); the MMA kernel is ahead
 ///   by 5-12 % only on Qwen3 gate/up at k = 3, 4 and GLM shared at k = 2, 3.
@@ -171,7 +174,7 @@ fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32) -> bool {
     let weights = (shape.n as u64) * (shape.k as u64);
     match m {
         4 => weights >= 1 << 20,
-        3 => bits <= 4 && weights >= 1 << 23,
+        3 => bits <= 4 && weights > 1 << 23,
         _ => false,
     }
 }

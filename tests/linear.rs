@@ -86,7 +86,7 @@ fn expected_kernel(m: usize, shape: Shape, bits: u32) -> Kernel {
     let weights = shape.n * shape.k;
     match m {
         4 if weights >= 1 << 20 => Kernel::Mma,
-        3 if weights >= 1 << 23 && bits <= 4 => Kernel::Mma,
+        3 if weights > 1 << 23 && bits <= 4 => Kernel::Mma,
         1..=4 => Kernel::Scalar,
         5..=32 => Kernel::Mma,
         33..=64 if shape.k >= 4096 || shape.n * shape.k >= 1 << 24 => Kernel::Mma,
@@ -146,7 +146,7 @@ fn linear_matches_reference_on_awkward_shapes() {
 
 #[test]
 fn linear_dispatch_around_the_crossovers() {
-    // From 2^20 weights (`kv`) the MMA kernel takes M = 4, from 2^23 also
+    // From 2^20 weights (`kv`) the MMA kernel takes M = 4, above 2^23 also
     // M = 3 at k ≤ 4; below 2^20 the scalar GEMV takes all of M ≤ 4.
     // M = 48: the MMA kernel on the large matrix (K ≥ 4096), dequant +
     // cuBLAS on the short-K ones. Every result checked against the
@@ -167,7 +167,7 @@ fn linear_dispatch_around_the_crossovers() {
                 let kernel = check_linear::<f16>(&ctx, &mut rng, &w, &want_w, m, &what);
                 assert_eq!(kernel, expected_kernel(m, shape, bits), "{what}: dispatch at M = {m}");
                 let mma_at_small_m = match m {
-                    3 => n * k >= 1 << 23 && bits <= 4,
+                    3 => n * k > 1 << 23 && bits <= 4,
                     4 => n * k >= 1 << 20,
                     _ => false,
                 };
