@@ -113,10 +113,10 @@ pub const fn epi_offset(bits: u32, mb: u32) -> u32 {
     misc_offset(bits, mb) + MISC_BYTES
 }
 
-/// Offset of stage 0.
+/// Offset of stage 0, on a 128-byte line (see [`tile_bytes`]).
 #[inline(always)]
 pub const fn stages_offset(mb: u32, nf: u32, bits: u32) -> u32 {
-    epi_offset(bits, mb) + epi_bytes(mb, nf)
+    (epi_offset(bits, mb) + epi_bytes(mb, nf)).next_multiple_of(128)
 }
 
 /// Bytes of a slot's activation tile (16·MB rows of 64 values).
@@ -222,16 +222,20 @@ pub const fn w_offset(mb: u32) -> u32 {
     a_bytes(mb)
 }
 
-/// Offset of the scale bytes inside a slot.
+/// Offset of the scale bytes inside a slot, on a 128-byte line.
 #[inline(always)]
 pub const fn s_offset(mb: u32, nf: u32, bits: u32) -> u32 {
-    a_bytes(mb) + 16 * w_chunks(nf, bits)
+    (a_bytes(mb) + 16 * w_chunks(nf, bits)).next_multiple_of(128)
 }
 
-/// Bytes of one K-tile slot (a multiple of 16).
+/// Bytes of one K-tile slot, a multiple of 128: with stage 0 on a
+/// 128-byte line every part of every slot (A, W, S) starts on one, so a
+/// warp's 16-byte `cp.async` chunks from a line-aligned global span fill
+/// whole shared-memory lines (a destination straddling lines costs about
+/// twice the wavefronts).
 #[inline(always)]
 pub const fn tile_bytes(mb: u32, nf: u32, bits: u32) -> u32 {
-    s_offset(mb, nf, bits) + 16 * s_chunks(nf)
+    (s_offset(mb, nf, bits) + 16 * s_chunks(nf)).next_multiple_of(128)
 }
 
 /// Bytes of one pipeline stage of `kt` K tiles.

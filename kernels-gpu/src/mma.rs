@@ -27,7 +27,9 @@
 //!
 //! `[table | misc | epilogue | stage 0 .. stage S-1]`; a stage is KT slots
 //! of `tile_bytes` each, slot j holding K tile `kt + j` of the stage (its
-//! first tile `kt`). Per slot:
+//! first tile `kt`). Stage 0, the slots and their A, W and S parts start
+//! on 128-byte lines, so the copies of a line-aligned global span fill
+//! whole shared-memory lines. Per slot:
 //! - A: 16·MB rows × 128 bytes; 16-byte chunk c of row r at
 //!   `r·128 + 16·(c ^ (r % 8))` (XOR swizzle: the 8 rows of an ldmatrix
 //!   phase hit 8 distinct bank groups, as do a warp's cp.async writes).
