@@ -508,6 +508,23 @@ mod tests {
         v
     }
 
+    /// Every part of every slot starts on a 128-byte line and the parts do
+    /// not overlap: a `cp.async` destination straddling lines costs about
+    /// twice the shared-memory wavefronts.
+    #[test]
+    fn slot_parts_start_on_lines() {
+        for (mb, nf, bits) in
+            (1..=4).flat_map(|mb| [2, 4].into_iter().flat_map(move |nf| (2..=5).map(move |b| (mb, nf, b))))
+        {
+            let (a, w, sc, t) = (0, w_offset(mb), s_offset(mb, nf, bits), tile_bytes(mb, nf, bits));
+            for (what, at) in [("stages", stages_offset(mb, nf, bits)), ("A", a), ("W", w), ("S", sc), ("slot", t)] {
+                assert_eq!(at % 128, 0, "{what} of mb={mb} nf={nf} k={bits} at {at}");
+            }
+            assert!(w >= a + a_bytes(mb) && sc >= w + 16 * w_chunks(nf, bits) && t >= sc + 16 * s_chunks(nf));
+            assert!(stages_offset(mb, nf, bits) >= epi_offset(bits, mb) + epi_bytes(mb, nf));
+        }
+    }
+
     #[test]
     fn copy_grid_covers_the_planned_stage_tiles() {
         assert_eq!((copy_stage_tiles(2), copy_stage_tiles(4)), (4, 2));
