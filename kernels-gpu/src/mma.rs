@@ -15,8 +15,8 @@
 //! on the CPU):
 //! - A (ldmatrix.x4): lane l addresses row `16mb + l % 16`, 8-column chunk
 //!   `2·kstep + l / 16`, giving a0..a3 = A[g | g+8][2t.. | 2t+8..]. With
-//!   M ≤ 8 and one m block, `ldmatrix.x2` of rows 0-7 gives a0 and a2, and
-//!   a1 = a3 = 0.
+//!   M ≤ 8, one m block and k = 5, `ldmatrix.x2` of rows 0-7 gives a0 and
+//!   a2, and a1 = a3 = 0.
 //! - B (dequantized): lane l holds column `cg·8NF + 8f + g`, elements
 //!   `8q + 2t + e` of the warp's quant block (see `fragment`): q = 0, 1 →
 //!   b0, b1 of step 2kh, q = 2, 3 → b0, b1 of step 2kh+1.
@@ -43,9 +43,11 @@
 //! `K % 64 == 32` never reads x beyond K and its zero half tile multiplies
 //! zeros. Activation rows past M are zero-filled too (interior stages by
 //! `cp.async`'s ignore-src predicate, the address clamped to row M − 1).
-//! With M ≤ 8 and one m block, `ldmatrix.x2` reads rows 0-7 only (a1 = a3
-//! = 0, see `kbit_format::mma::ldmatrix_x2_row`) and interior stages do not
-//! write rows 8-15.
+//! With M ≤ 8 and one m block (the instances of `x2_loop`), interior
+//! stages do not write rows 8-15: k = 5 reads rows 0-7 with
+//! `ldmatrix.x2` (a1 = a3 = 0, see `kbit_format::mma::ldmatrix_x2_row`),
+//! k = 3, 4 zero rows 8-15 of every slot once at the start and read all
+//! 16 rows.
 //!
 //! # Pipeline
 //!
@@ -499,6 +501,15 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
     // prologue is a small part of a call). A grouped unit is past the wait
     // already (it had to find its expert).
     let table = unsafe { fragment::load_table::<K, MB>(a.cb, tid) };
+    // The M ≤ 8 loop copies A rows 0-7 only. Where it reads all 16 rows
+    // with `ldmatrix.x4` (`x2_reads`), rows 8-15 of every slot are zeroed
+    // once, before any copy is issued (the barrier orders the stores before
+    // the copies' zero fills of the same rows in edge stages).
+    let x2 = x2_loop(K, MB, NF) && b.m(a) <= 8;
+    if x2 && !x2_reads(K) {
+        unsafe { zero_rows_8_15(st0, a.stages * kt_stage, tb, tid) };
+        ptx::bar_sync();
+    }
     if table_first(K, MB) {
         unsafe { fragment::store_table::<K, MB, T>(tbl, &table, tid) };
     }
@@ -517,7 +528,7 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
     // Prologue: the first S−1 stages, one commit group each.
     for _ in 1..a.stages {
         if ld.live(&s) {
-            // (All 16·MB rows: the X2 loop just never reads rows 8-15.)
+            // (All 16·MB rows, those past M zero-filled.)
             unsafe { issue::<K, MB, NF, false, B>(a, b, &ld, ld.stage_len(&s), buf_w, tid) };
             ld.advance(&s);
         }
@@ -535,8 +546,8 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
     // 0 (the host validates KT ≤ 4), but unknown to the compilers.
     let zero = a.stage_tiles >> 3;
     // The main loop, compiled twice where `x2_loop` says so: with M ≤ 8 the
-    // A fragments come from `ldmatrix.x2` (rows 8-15 are zero). A branch
-    // per tile instead would stop ptxas from interleaving a stage's tiles.
+    // interior copies skip A rows 8-15 (zeroed above). A branch per stage
+    // instead would stop ptxas from interleaving a stage's tiles.
     macro_rules! main_loop {
         ($x2:literal) => {{
             let mut ln = ln;
@@ -589,7 +600,7 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
             }
         }};
     }
-    if x2_loop(K, MB, NF) && b.m(a) <= 8 {
+    if x2 {
         main_loop!(true)
     } else {
         main_loop!(false)
@@ -724,13 +735,43 @@ const fn table_first(k: usize, mb: usize) -> bool {
     k == 2 && mb == 2
 }
 
-/// Whether an instance has the M ≤ 8 main loop (`ldmatrix.x2`, see
-/// [`compute`]): at one m block, for k = 5 and for the 128-column tiles of
-/// k = 3, 4. Measured per instance: elsewhere the second loop made the
-/// instance slower (Llama-3-8B gate/up, 64-column tiles, M = 8, k = 4:
-/// 24.6 → 26.1 µs; Llama-3-70B M = 8, k = 2: 74.4 → 76.7 µs).
+/// Whether an instance has the M ≤ 8 main loop (interior copies of A rows
+/// 0-7 only; rows 8-15 zeroed once, [`zero_rows_8_15`]): at one m block,
+/// for k = 5 and for the 128-column tiles of k = 3, 4. Measured per
+/// instance: elsewhere the second loop made the instance slower
+/// (Llama-3-8B gate/up, 64-column tiles, M = 8, k = 4: 24.6 → 26.1 µs;
+/// Llama-3-70B M = 8, k = 2: 74.4 → 76.7 µs; both with the earlier form,
+/// which read rows 0-7 with `ldmatrix.x2` and set a1 = a3 = 0).
 const fn x2_loop(k: usize, mb: usize, nf: usize) -> bool {
     mb == 1 && (k == 5 || (nf == 4 && k >= 3))
+}
+
+/// Whether the M ≤ 8 loop reads A with `ldmatrix.x2` of rows 0-7 and
+/// a1 = a3 = 0 (k = 5) rather than with `ldmatrix.x4` over rows 8-15
+/// zeroed once at the start (k = 3, 4). The zero registers cost ≈ 3 moves
+/// per mma, which ptxas re-materializes every tile (Llama-3-70B M = 8,
+/// k = 4: 47.2 M warp instructions against 41.9 M at M = 16); the x4 form
+/// made the k = 3, 4 instances 6-8 % faster at M ≤ 8 and the k = 5 ones
+/// 2-6 % slower (H100).
+const fn x2_reads(k: usize) -> bool {
+    k == 5
+}
+
+/// Zeroes A rows 8-15 of m block 0 (bytes 1024..2048 of the A part) in the
+/// `slots` K-tile slots from `st0`, `tb` bytes apart: 64 chunks of 16
+/// bytes per slot, spread over the block's threads.
+///
+/// # Safety
+/// The slots lie in the dynamic shared memory; no copy into them is in
+/// flight.
+#[inline(always)]
+unsafe fn zero_rows_8_15(st0: u32, slots: u32, tb: u32, tid: u32) {
+    let half = 8 * geo::A_ROW_BYTES;
+    let mut i = tid;
+    while i < 64 * slots {
+        unsafe { ptx::st_shared_v4(st0 + (i / 64) * tb + half + 16 * (i % 64), [0; 4]) };
+        i += geo::THREADS;
+    }
 }
 
 /// Issues the copies of the `len` K tiles `c.kt ..` (activations, planes,
@@ -808,8 +849,8 @@ unsafe fn copy_grid<const NF: usize>(
 
 /// Interior copies of a stage (see [`issue`]). Activations: 8 chunks of 16
 /// bytes per row of each slot, rows ≥ M zero-filled (ignore-src, the address
-/// clamped to row M − 1); with `X2` (M ≤ 8, see [`compute`]) rows 8-15 are
-/// never read and not written. Planes and scales: the span chunks of each slot's
+/// clamped to row M − 1); with `X2` (M ≤ 8, see [`x2_loop`]) rows 8-15 are
+/// not written (they hold zeros). Planes and scales: the span chunks of each slot's
 /// windows, then per slot the one chunk past the span (scales; planes for
 /// odd k), which holds the window's offset bytes (0..16) and is zero-filled
 /// beyond (warps 7 and 6 issue these).
@@ -977,7 +1018,7 @@ struct Lanes {
     /// `ldmatrix` source of m block 0, k16 steps 2kh and 2kh + 1 (m block
     /// `mb` adds `16·mb` rows: same `row % 8`, same swizzle).
     a: [u32; 2],
-    /// `ldmatrix.x2` source of k16 steps 2kh and 2kh + 1 when M ≤ 8.
+    /// `ldmatrix.x2` source of k16 steps 2kh and 2kh + 1 (M ≤ 8, [`x2_reads`]).
     a8: [u32; 2],
     /// Plane words of fragment 0's (column, quant block), without the
     /// window offset; fragment f adds `64·k·f` (8 columns).
@@ -1023,8 +1064,9 @@ impl Lanes {
 }
 
 /// Multiplies K tile `kt` of the n tile at column `n0`, staged in the slot
-/// at `buf`, into the accumulators. `X2` (one m block, M ≤ 8): the A
-/// fragments from `ldmatrix.x2` of rows 0-7, a1 = a3 = 0.
+/// at `buf`, into the accumulators. In the M ≤ 8 loop (`X2`) of a k with
+/// [`x2_reads`], the A fragments come from `ldmatrix.x2` of rows 0-7 with
+/// a1 = a3 = 0; otherwise from `ldmatrix.x4` (rows 8-15 zero there).
 #[inline(always)]
 unsafe fn compute<const K: usize, const MB: usize, const NF: usize, T: MmaElem, const X2: bool>(
     a: &Args,
@@ -1041,8 +1083,7 @@ unsafe fn compute<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
     let s_base = buf + ln.s + off_s;
 
     let mut frag_a = [[[0u32; 4]; 2]; MB];
-    if X2 && MB == 1 {
-        // Rows 8-15 are zero: a1 = a3 = 0, half the shared-memory reads.
+    if X2 && MB == 1 && x2_reads(K) {
         for s2 in 0..2 {
             let [lo, hi] = unsafe { ptx::ldmatrix_x2(buf + ln.a8[s2]) };
             frag_a[0][s2] = [lo, 0, hi, 0];
