@@ -928,6 +928,36 @@ fn mma_gemm_matches_the_f64_references() {
     eprintln!("mma_gemm: {} cases match", cs.len());
 }
 
+/// The M ≤ 8 loop of the one-m-block, 128-column instances (k = 3, 4:
+/// activation rows 8-15 zeroed once at the start and read with
+/// `ldmatrix.x4`; k = 5: rows 0-7 with `ldmatrix.x2`) gives the rows of an
+/// M = 16 call bit for bit, on a shape with edge stages (K % 64 == 32, a
+/// partial n tile) and several items per block, and matches the
+/// references. The plan is made for 8 SMs, so that 65 tiles of 128
+/// columns need no split-K and the planner takes them.
+#[test]
+fn small_m_loop_gives_the_rows_of_the_m16_call() {
+    let Some(ctx) = common::gpu("small_m_loop_gives_the_rows_of_the_m16_call") else { return };
+    let mut rng = common::rng("small_m_loop_gives_the_rows_of_the_m16_call");
+    let (k, n, sms) = (2080, 64 * 128 + 72, 8);
+    let opts = MmaOptions { sm_count_override: Some(sms), ..MmaOptions::default() };
+    for bits in [3, 4, 5] {
+        let p = prepare::<f16>(&ctx, &mut rng, k, n, bits);
+        let x16: Vec<f16> = common::uniform(&mut rng, 16 * k);
+        let (y16, p16) = run(&ctx, &ctx.stream().clone_htod(&x16).unwrap(), 16, &p.dev, opts);
+        assert_eq!((p16.tile.m_blocks, p16.tile.tile_n), (1, 128), "k={bits}: {p16:?}");
+        assert!(p16.grid < p16.items, "k={bits}: several items per block: {p16:?}");
+        for m in [1, 3, 8] {
+            let xd = ctx.stream().clone_htod(&x16[..m * k]).unwrap();
+            let (y, pm) = run(&ctx, &xd, m, &p.dev, opts);
+            assert_eq!(kbit::Plan { m: 16, ..pm }, p16, "k={bits} M {m}: the same plan as M = 16");
+            common::assert_bits_eq(&y, &y16[..m * n], &format!("k={bits} M {m} against the M = 16 rows"));
+        }
+        let c = Case { m: 8, k, n, bits, splits: Splits::Auto, sms: Some(sms), stage_tiles: None };
+        check_case::<f16>(&ctx, &mut rng, &c);
+    }
+}
+
 #[test]
 fn mma_gemm_is_deterministic_across_interleaved_plans() {
     let Some(ctx) = common::gpu("mma_gemm_is_deterministic_across_interleaved_plans") else { return };
