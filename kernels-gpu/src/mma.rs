@@ -546,7 +546,8 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
     // 0 (the host validates KT ≤ 4), but unknown to the compilers.
     let zero = a.stage_tiles >> 3;
     // The main loop, compiled twice where `x2_loop` says so: with M ≤ 8 the
-    // interior copies skip A rows 8-15 (zeroed above). A branch per stage
+    // interior copies skip A rows 8-15 (zeroed above where `ldmatrix.x4`
+    // reads them, never read where `x2_reads`). A branch per stage
     // instead would stop ptxas from interleaving a stage's tiles.
     macro_rules! main_loop {
         ($x2:literal) => {{
@@ -850,7 +851,7 @@ unsafe fn copy_grid<const NF: usize>(
 /// Interior copies of a stage (see [`issue`]). Activations: 8 chunks of 16
 /// bytes per row of each slot, rows ≥ M zero-filled (ignore-src, the address
 /// clamped to row M − 1); with `X2` (M ≤ 8, see [`x2_loop`]) rows 8-15 are
-/// not written (they hold zeros). Planes and scales: the span chunks of each slot's
+/// not written (zeroed at the start for k = 3, 4; never read at k = 5). Planes and scales: the span chunks of each slot's
 /// windows, then per slot the one chunk past the span (scales; planes for
 /// odd k), which holds the window's offset bytes (0..16) and is zero-filled
 /// beyond (warps 7 and 6 issue these).
