@@ -29,7 +29,8 @@
 //! memory per block ([`slots_for`]); each launch splits them into `stages`
 //! stages of `stage_tiles` (KT) K tiles ([`stage_shape`]): KT·TILE_N = 256
 //! (64 weights per thread between barriers) when that leaves at least 3
-//! stages and an item has that many tiles, else smaller. An item's last
+//! stages and an item has that many tiles, else smaller; 512 in at least
+//! 2 stages for the instances with wide stages ([`geo::wide_stages`]). An item's last
 //! stage may be partial (`tiles_per_split` need not be a multiple of KT).
 
 use crate::{Error, Result};
@@ -67,6 +68,14 @@ pub struct TileConfig {
     pub tile_slots: u32,
     /// Resident blocks per SM at this configuration's shared memory.
     pub blocks_per_sm: u32,
+}
+
+impl TileConfig {
+    /// Whether this instance at k = `bits` runs wide stages
+    /// ([`geo::wide_stages`]).
+    pub fn wide_stages(&self, bits: u32) -> bool {
+        geo::wide_stages(self.m_blocks, self.tile_n / 32, bits)
+    }
 }
 
 /// Capacity of the split-K workspace that a [`crate::Context`] owns.
@@ -172,7 +181,8 @@ impl Plan {
     pub fn alone(mut self, tile_slots: u32, bits: u32) -> Plan {
         self.tile.tile_slots = tile_slots;
         self.tile.blocks_per_sm = 1;
-        (self.stage_tiles, self.stages) = stage_shape(tile_slots, self.tile.tile_n, self.tiles_per_split);
+        (self.stage_tiles, self.stages) =
+            stage_shape(tile_slots, self.tile.tile_n, self.tile.wide_stages(bits), self.tiles_per_split);
         self.smem_bytes =
             geo::smem_bytes(self.tile.m_blocks, self.tile.tile_n / 32, bits, self.stages, self.stage_tiles);
         self
@@ -202,15 +212,18 @@ impl Plan {
 
 /// K tiles × columns of a stage the pipeline aims for: 256, i.e. 64 weights
 /// per thread between barriers (a K tile gives each of the 256 threads
-/// `TILE_N / 4` weights).
+/// `TILE_N / 4` weights); 512 for the instances with
+/// [`geo::wide_stages`].
 const STAGE_TILE_COLUMNS: u32 = 256;
-/// Fewest stages [`stage_shape`] accepts before it lowers KT.
+/// Fewest stages [`stage_shape`] accepts before it lowers KT (2 for the
+/// instances with [`geo::wide_stages`]).
 const PREFERRED_STAGES: u32 = 3;
 
-/// `(stage_tiles, stages)` for an instance with `tile_slots` K-tile slots
-/// and `tile_n` columns, for items of `tiles_per_split` K tiles: KT starts
-/// at `256 / tile_n` (capped at [`geo::MAX_STAGE_TILES`]), is halved while
-/// half of it still holds a whole item or it leaves fewer than 3 stages; the
+/// `(stage_tiles, stages)` for an instance with `tile_slots` K-tile slots,
+/// `tile_n` columns and wide stages or not ([`geo::wide_stages`]), for
+/// items of `tiles_per_split` K tiles: KT starts at `256 / tile_n` (wide:
+/// 4), capped at [`geo::MAX_STAGE_TILES`], and is halved while half of it
+/// still holds a whole item or it leaves fewer than 3 stages (wide: 2); the
 /// stages are as many as fit (at most [`geo::MAX_STAGES`]). With
 /// `tile_slots ≥ 2` the result always has at least 2 stages.
 ///
@@ -218,9 +231,11 @@ const PREFERRED_STAGES: u32 = 3;
 /// stages of 2 and 1: one barrier and one wait less per item, which the
 /// short items of small matrices feel (2048×512 at M = 5, 11 splits of 3
 /// tiles, k = 5: 4.93 µs in stages of 2, 4.62 µs in one stage of 4).
-pub fn stage_shape(tile_slots: u32, tile_n: u32, tiles_per_split: u32) -> (u32, u32) {
-    let mut kt = (STAGE_TILE_COLUMNS / tile_n.max(1)).clamp(geo::MIN_STAGE_TILES, geo::MAX_STAGE_TILES);
-    while kt > 1 && (kt / 2 >= tiles_per_split || tile_slots / kt < PREFERRED_STAGES) {
+pub fn stage_shape(tile_slots: u32, tile_n: u32, wide: bool, tiles_per_split: u32) -> (u32, u32) {
+    let (columns, fewest) =
+        if wide { (2 * STAGE_TILE_COLUMNS, geo::MIN_STAGES) } else { (STAGE_TILE_COLUMNS, PREFERRED_STAGES) };
+    let mut kt = (columns / tile_n.max(1)).clamp(geo::MIN_STAGE_TILES, geo::MAX_STAGE_TILES);
+    while kt > 1 && (kt / 2 >= tiles_per_split || tile_slots / kt < fewest) {
         kt /= 2;
     }
     (kt, (tile_slots / kt).min(geo::MAX_STAGES))
@@ -270,7 +285,7 @@ pub fn cost(n_tiles: u32, k_tiles: u32, splits: u32, sm_count: u32, tile: TileCo
     };
     // A short item that ends in a partial stage runs that stage through
     // the kernel's predicated tile loop instead of a straight-line one.
-    let (kt, _) = stage_shape(tile.tile_slots, tile.tile_n, tps);
+    let (kt, _) = stage_shape(tile.tile_slots, tile.tile_n, tile.wide_stages(bits), tps);
     let partial = tps % kt != 0 && tps <= LATENCY_BOUND_TILES;
     let item = tps as f64 + if partial { PARTIAL_STAGE_COST } else { 0.0 };
     if splits == 1 {
@@ -446,7 +461,7 @@ pub fn plan(
             (items as u32, slots.min(items) as u32)
         }
     };
-    let (stage_tiles, stages) = stage_shape(tile.tile_slots, tile.tile_n, tps.min(k_tiles));
+    let (stage_tiles, stages) = stage_shape(tile.tile_slots, tile.tile_n, tile.wide_stages(bits), tps.min(k_tiles));
     Ok(Plan {
         m: m as u32,
         n: n as u32,

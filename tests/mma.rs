@@ -246,20 +246,22 @@ fn every_instance_fits_sm89_and_sm90_with_a_deep_enough_pipeline() {
                             assert!(slots >= 4, "{gpu}: k{bits} m{mb} n{tn} only {slots} slots");
                         }
                         // Every item length gets a shape within the slots.
+                        let wide = geo::wide_stages(mb, tn / 32, bits);
                         for tps in [1, 2, 3, 5, 16, 128] {
-                            let (kt, stages) = splitk::stage_shape(slots, tn, tps);
+                            let (kt, stages) = splitk::stage_shape(slots, tn, wide, tps);
                             assert!((1..=geo::MAX_STAGE_TILES).contains(&kt) && kt < 2 * tps.max(1));
                             assert!((geo::MIN_STAGES..=geo::MAX_STAGES).contains(&stages), "{gpu} {slots} {tps}");
                             assert!(geo::smem_bytes(mb, tn / 32, bits, stages, kt) as usize <= most);
                         }
                         if blocks == 3 {
                             // A third block only with 12 slots: full-width stages
-                            // (KT·TILE_N = 256), at least 3 of them.
-                            let (kt, stages) = splitk::stage_shape(slots, tn, 128);
-                            assert!(slots >= 12 && kt * tn == 256 && stages >= 3, "{slots} {kt} {stages}");
+                            // (KT·TILE_N = 256, wide 512), at least 3 of them.
+                            let (kt, stages) = splitk::stage_shape(slots, tn, wide, 128);
+                            let columns = if wide { 512 } else { 256 };
+                            assert!(slots >= 12 && kt * tn == columns && stages >= 3, "{slots} {kt} {stages}");
                         }
                         if max_blocks == 3 {
-                            let (kt, stages) = splitk::stage_shape(slots, tn, 128);
+                            let (kt, stages) = splitk::stage_shape(slots, tn, wide, 128);
                             let smem = geo::smem_bytes(mb, tn / 32, bits, stages, kt) / 1024;
                             table += &format!(" k{bits}m{mb}n{tn}:{slots}x{blocks}=KT{kt}xS{stages}({smem}K)");
                         }
@@ -270,27 +272,34 @@ fn every_instance_fits_sm89_and_sm90_with_a_deep_enough_pipeline() {
         eprintln!("{gpu} slots x blocks/SM = KT x stages (smem), long items:{table}");
     }
     // Llama-70B gate/up at M 16 (k = 4, TILE_N 128) on sm_90: two blocks per
-    // SM, 2 K tiles (64 weights per thread) per stage, ≥ 32 KiB of weights
-    // in flight per SM.
+    // SM, wide stages of 4 K tiles (128 weights per thread), ≥ 32 KiB of
+    // weights in flight per SM.
     let (slots, blocks) = splitk::slots_for(4, 1, 128, GPUS[1].1, GPUS[1].2, 1024, 2).unwrap();
-    let (kt, stages) = splitk::stage_shape(slots, 128, 32);
+    let (kt, stages) = splitk::stage_shape(slots, 128, geo::wide_stages(1, 4, 4), 32);
     let w_tile = 128 * 2 * 4 * 4;
-    assert_eq!((blocks, kt), (2, 2), "{slots} slots");
+    assert_eq!((blocks, kt), (2, 4), "{slots} slots");
     assert!(blocks * (stages - 1) * kt * w_tile >= 32 * 1024, "{stages} stages");
 }
 
 #[test]
-fn stage_shapes_aim_at_256_tile_columns_with_three_stages() {
-    assert_eq!(splitk::stage_shape(11, 128, 32), (2, 5));
-    assert_eq!(splitk::stage_shape(34, 64, 4), (4, 8));
+fn stage_shapes_aim_at_256_tile_columns_in_three_stages_or_512_in_two_when_wide() {
+    assert_eq!(splitk::stage_shape(11, 128, false, 32), (2, 5));
+    assert_eq!(splitk::stage_shape(34, 64, false, 4), (4, 8));
     // An item of 3 tiles is one partial stage of 4, one of 2 a full stage of 2.
-    assert_eq!(splitk::stage_shape(34, 64, 3), (4, 8));
-    assert_eq!(splitk::stage_shape(34, 64, 2), (2, 12));
-    assert_eq!(splitk::stage_shape(4, 128, 32), (1, 4));
-    assert_eq!(splitk::stage_shape(9, 64, 32), (2, 4));
-    assert_eq!(splitk::stage_shape(2, 64, 100), (1, 2));
-    assert_eq!(splitk::stage_shape(48, 64, 1), (1, 12));
-    assert_eq!(splitk::stage_shape(48, 128, 1000), (2, 12));
+    assert_eq!(splitk::stage_shape(34, 64, false, 3), (4, 8));
+    assert_eq!(splitk::stage_shape(34, 64, false, 2), (2, 12));
+    assert_eq!(splitk::stage_shape(4, 128, false, 32), (1, 4));
+    assert_eq!(splitk::stage_shape(9, 64, false, 32), (2, 4));
+    assert_eq!(splitk::stage_shape(2, 64, false, 100), (1, 2));
+    assert_eq!(splitk::stage_shape(48, 64, false, 1), (1, 12));
+    assert_eq!(splitk::stage_shape(48, 128, false, 1000), (2, 12));
+    // Wide stages: 4 tiles of 128 columns while two such stages fit.
+    assert_eq!(splitk::stage_shape(11, 128, true, 32), (4, 2));
+    assert_eq!(splitk::stage_shape(11, 128, true, 3), (4, 2));
+    assert_eq!(splitk::stage_shape(11, 128, true, 2), (2, 5));
+    assert_eq!(splitk::stage_shape(7, 128, true, 32), (2, 3));
+    assert_eq!(splitk::stage_shape(4, 128, true, 32), (2, 2));
+    assert_eq!(splitk::stage_shape(48, 128, true, 1000), (4, 12));
 }
 
 #[test]
@@ -552,8 +561,8 @@ fn auto_splits_fill_the_gpu_on_small_n() {
     let tile = TileConfig { m_blocks: 1, tile_n: 128, tile_slots: 11, blocks_per_sm: 2 };
     let p = splitk::plan(8, 28672, 8192, 4, 132, tile, Splits::Auto, LIMITS).unwrap();
     assert!(p.splits <= 8, "{p:?}");
-    // Items long enough for whole stages of 2 tiles.
-    assert!(p.tiles_per_split >= 16 && p.stage_tiles == 2, "{p:?}");
+    // Items long enough for whole wide stages (4 tiles).
+    assert!(p.tiles_per_split >= 16 && p.stage_tiles == 4, "{p:?}");
     eprintln!(
         "70B gate/up on 132 SMs: {} splits of {} K tiles, {} items, grid {}, {} stages x {} K tiles",
         p.splits, p.tiles_per_split, p.items, p.grid, p.stages, p.stage_tiles
@@ -947,6 +956,9 @@ fn small_m_loop_gives_the_rows_of_the_m16_call() {
         let (y16, p16) = run(&ctx, &ctx.stream().clone_htod(&x16).unwrap(), 16, &p.dev, opts);
         assert_eq!((p16.tile.m_blocks, p16.tile.tile_n), (1, 128), "k={bits}: {p16:?}");
         assert!(p16.grid < p16.items, "k={bits}: several items per block: {p16:?}");
+        // k = 3, 4: wide stages (4 K tiles), the last one partial.
+        let kt = if bits == 5 { 2 } else { 4 };
+        assert_eq!(p16.stage_tiles, kt, "k={bits}: {p16:?}");
         for m in [1, 3, 8] {
             let xd = ctx.stream().clone_htod(&x16[..m * k]).unwrap();
             let (y, pm) = run(&ctx, &xd, m, &p.dev, opts);
@@ -955,6 +967,11 @@ fn small_m_loop_gives_the_rows_of_the_m16_call() {
         }
         let c = Case { m: 8, k, n, bits, splits: Splits::Auto, sms: Some(sms), stage_tiles: None };
         check_case::<f16>(&ctx, &mut rng, &c);
+        // Three splits of 11 K tiles: interior stages of 4, 4 and 3 tiles.
+        for m in [5, 16] {
+            let c = Case { m, k, n, bits, splits: Splits::Fixed(3), sms: Some(sms), stage_tiles: None };
+            check_case::<f16>(&ctx, &mut rng, &c);
+        }
     }
 }
 

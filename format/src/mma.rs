@@ -192,13 +192,28 @@ pub const fn copy_chunk_rounds(chunks: u32) -> u32 {
     chunks.div_ceil(copy_chunk_threads(chunks))
 }
 
-/// The most K tiles per stage that the copy grid of an instance with `nf`
-/// fragments covers: `256 / TILE_N` (4 at TILE_N 64, 2 at 128), the KT the
-/// host plans (64 weights per thread between barriers). Stages of a larger
-/// KT (only on request) take the kernel's edge copies.
+/// Whether the instance (`mb` m blocks, `nf` fragments, k = `bits`) runs
+/// wide stages: 4 K tiles of 128 columns between barriers (128 weights per
+/// thread), in as few as 2 stages, where the others plan 256 tile columns
+/// (64 weights per thread) in at least 3. One m block at k = 3, 4: a stage
+/// costs these instances about 110 warp instructions besides its tiles'
+/// ≈ 115 each (the wait, the barrier, the copy issue, the cursor), and
+/// halving the stages took Llama-3-70B gate/up at M = 8, 16 from 71.3 to
+/// 64.6 µs at k = 4 and 68.4 to 66.1 µs at k = 3 (sm_90, 2 stages of 4
+/// against 5 of 2). Not at k = 5, whose wider copy grid would cost 45
+/// registers (one block per SM), nor for more m blocks (their second block).
 #[inline(always)]
-pub const fn copy_stage_tiles(nf: u32) -> u32 {
-    let kt = THREADS / tile_n(nf);
+pub const fn wide_stages(mb: u32, nf: u32, bits: u32) -> bool {
+    mb == 1 && tile_n(nf) == 128 && (bits == 3 || bits == 4)
+}
+
+/// The most K tiles per stage that the copy grid of an instance covers:
+/// `256 / TILE_N` (4 at TILE_N 64, 2 at 128), or 4 with [`wide_stages`];
+/// the largest KT the host plans. Stages of a larger KT (only on request)
+/// take the kernel's edge copies.
+#[inline(always)]
+pub const fn copy_stage_tiles(mb: u32, nf: u32, bits: u32) -> u32 {
+    let kt = if wide_stages(mb, nf, bits) { MAX_STAGE_TILES } else { THREADS / tile_n(nf) };
     if kt > MAX_STAGE_TILES { MAX_STAGE_TILES } else { kt }
 }
 
@@ -527,7 +542,16 @@ mod tests {
 
     #[test]
     fn copy_grid_covers_the_planned_stage_tiles() {
-        assert_eq!((copy_stage_tiles(2), copy_stage_tiles(4)), (4, 2));
+        for bits in 2..=5 {
+            for mb in 1..=4 {
+                let wide = mb == 1 && (bits == 3 || bits == 4);
+                assert_eq!(wide_stages(mb, 4, bits), wide);
+                assert_eq!(
+                    (copy_stage_tiles(mb, 2, bits), copy_stage_tiles(mb, 4, bits)),
+                    (4, if wide { 4 } else { 2 })
+                );
+            }
+        }
     }
 
     #[test]

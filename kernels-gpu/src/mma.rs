@@ -8,7 +8,8 @@
 //! 256 threads = 8 warps; a block computes 16·MB rows (all of M: rows ≥ M
 //! are zero-filled) × TILE_N = 32·NF columns, KT 64-wide K tiles per
 //! pipeline stage (KT = 1, 2 or 4, chosen by the host per launch: with
-//! KT·TILE_N = 256 every thread dequantizes 64 weights between barriers).
+//! KT·TILE_N = 256 every thread dequantizes 64 weights between barriers,
+//! 128 in the wide stages of `kbit_format::mma::wide_stages`).
 //! For each K tile, warp w: K half `kh = w / 4` (quant block h of the tile, k16 steps 2kh and
 //! 2kh+1), column group `cg = w % 4` (8·NF columns). Lane l, g = l / 4,
 //! t = l % 4 (`kbit_format::mma` holds these maps as functions, unit-tested
@@ -799,7 +800,7 @@ unsafe fn issue<const K: usize, const MB: usize, const NF: usize, const X2: bool
     // The instances with 64 accumulators per thread (MB = 4, TILE_N 128)
     // keep the edge copies: the interior copies' addresses and predicates
     // would raise them from 123–144 to ≈ 160 registers.
-    if MB * NF < 16 && interior && a.stage_tiles <= geo::copy_stage_tiles(nfu) {
+    if MB * NF < 16 && interior && a.stage_tiles <= geo::copy_stage_tiles(MB as u32, nfu, K as u32) {
         unsafe { issue_interior::<K, MB, NF, X2, B>(a, b, c, len, buf, tid) };
     } else {
         unsafe { issue_a_edge::<K, MB, NF, B>(a, b, c.kt, len, buf, tid) };
@@ -808,7 +809,7 @@ unsafe fn issue<const K: usize, const MB: usize, const NF: usize, const X2: bool
 }
 
 /// One thread's copies of the span chunks of a part in the copy grid (see
-/// `geo::copy_start`; stages of at most `geo::copy_stage_tiles(NF)` K
+/// `geo::copy_start`; stages of at most `kt_max` = `geo::copy_stage_tiles` K
 /// tiles): `src` and `dst` address its first chunk (slot j0,
 /// chunk c0); its next slot is `slot_step` bytes further in global memory
 /// and `rows·tb` in shared memory, its next chunk `16·cols` bytes in both.
@@ -823,7 +824,8 @@ unsafe fn issue<const K: usize, const MB: usize, const NF: usize, const X2: bool
 /// `len..kt` are free.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)] // one thread's grid position, spelled out
-unsafe fn copy_grid<const NF: usize>(
+unsafe fn copy_grid(
+    kt_max: u32,
     src: *const u8,
     slot_step: u64,
     dst: u32,
@@ -839,7 +841,7 @@ unsafe fn copy_grid<const NF: usize>(
         let off = 16 * cols * q as u32;
         if q == 0 || c0 + cols * (q as u32) < chunks {
             let mut at = src.wrapping_add(off as usize);
-            unrolled!(geo::copy_slot_rounds(chunks, geo::copy_stage_tiles(NF as u32)), p => {
+            unrolled!(geo::copy_slot_rounds(chunks, kt_max), p => {
                 let d = rows * p as u32;
                 unsafe { ptx::cp_async_16_if_or_zero(dst + d * tb + off, at, j0 + d < kt, j0 + d >= len) };
                 at = at.wrapping_add(slot_step as usize);
@@ -870,6 +872,7 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize, const
     let (n, n0) = (a.n as u64, c.n0 as u64);
     let (packed, scales) = (b.packed(a) as *const u8, b.scales(a));
     let kt_stage = a.stage_tiles.max(1);
+    let kt_max = geo::copy_stage_tiles(mbu, nfu, kb);
     // With 48 accumulators per thread (MB = 3, TILE_N 128) the copy grid's
     // per-thread offsets are recomputed per stage rather than kept in
     // registers for the whole loop (which would take the instance past 128
@@ -889,7 +892,7 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize, const
             let src = x.wrapping_add((row_bytes + 16 * cc as u64) as usize);
             let dst = buf + j0 * tb + geo::a_offset(row, cc);
             let live = !X2 || row < 8;
-            unrolled!(geo::copy_slot_rounds(chunks, geo::copy_stage_tiles(NF as u32)), p => {
+            unrolled!(geo::copy_slot_rounds(chunks, kt_max), p => {
                 let d = rows * p as u32;
                 let at = src.wrapping_add(2 * TILE_K * d as usize);
                 let (copy, zero) = (live && j0 + d < kt_stage, row >= b.m(a) || j0 + d >= len);
@@ -905,7 +908,7 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize, const
     let src = packed.wrapping_add((w0 + 16 * c0 as u64) as usize);
     let step = geo::copy_slot_threads(w_span) as u64 * n * 8 * K as u64;
     let dst = buf + j0 * tb + geo::w_offset(mbu) + 16 * c0;
-    unsafe { copy_grid::<NF>(src, step, dst, tb, j0, c0, len, kt_stage, w_span) };
+    unsafe { copy_grid(kt_max, src, step, dst, tb, j0, c0, len, kt_stage, w_span) };
     // Scales, likewise (most warps have no scale chunk: they branch past).
     let s_span = geo::s_span_chunks(nfu);
     let (j0, c0) = geo::copy_start(tid, s_span);
@@ -914,7 +917,7 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize, const
         let src = scales.wrapping_add((s0 + 16 * c0 as u64) as usize);
         let step = geo::copy_slot_threads(s_span) as u64 * n * 2;
         let dst = buf + j0 * tb + geo::s_offset(mbu, nfu, kb) + 16 * c0;
-        unsafe { copy_grid::<NF>(src, step, dst, tb, j0, c0, len, kt_stage, s_span) };
+        unsafe { copy_grid(kt_max, src, step, dst, tb, j0, c0, len, kt_stage, s_span) };
     }
 
     // The chunk past each span.
