@@ -1010,6 +1010,37 @@ fn mma_gemm_is_deterministic_across_interleaved_plans() {
 }
 
 #[test]
+fn wide_stages_take_stream_k_on_matrices_with_most_of_an_sm_in_tiles() {
+    let Some(ctx) = common::gpu("wide_stages_take_stream_k_on_matrices_with_most_of_an_sm_in_tiles") else { return };
+    let mut rng = common::rng("wide_stages_take_stream_k_on_matrices_with_most_of_an_sm_in_tiles");
+    // Llama-3-8B gate/up: 112 tiles of 128 columns (≥ 3/4 of 132 SMs), 27 K
+    // tiles per block; GLM shared: 80 tiles; on 148 SMs 112 tiles are too few.
+    for bits in [2, 3, 4, 5] {
+        let big = prepare::<f16>(&ctx, &mut rng, 4096, 14336, bits);
+        let glm = prepare::<f16>(&ctx, &mut rng, 2048, 10240, bits);
+        for (m, w, sms, stream) in
+            [(16, &big, 132, true), (4, &big, 132, true), (16, &glm, 132, false), (16, &big, 160, false)]
+        {
+            let opts = MmaOptions { sm_count_override: Some(sms), ..MmaOptions::default() };
+            let p = ctx.mma_plan(kbit::Dtype::F16, m, &w.dev, opts).unwrap();
+            let want = stream && (bits == 3 || bits == 4);
+            assert_eq!(p.stream, want, "k = {bits}, M = {m}, {sms} SMs: {p:?}");
+            if want {
+                assert_eq!((p.tile.tile_n, p.stage_tiles), (128, 4), "k = {bits}: {p:?}");
+                check_stream_plan(&p, &format!("k = {bits}, M = {m}"));
+            } else {
+                check_plan(&p, &format!("k = {bits}, M = {m}, {sms} SMs"));
+            }
+        }
+    }
+    // The results of such a plan (stream-K pieces across n tiles, wide stages).
+    for (bits, m) in [(3, 8), (4, 16)] {
+        let c = Case { m, k: 4096, n: 14336, bits, splits: Splits::Auto, sms: Some(132), stage_tiles: None };
+        check_case::<f16>(&ctx, &mut rng, &c);
+    }
+}
+
+#[test]
 fn wide_tiles_take_matrices_that_fill_the_gpu_without_split_k() {
     let Some(ctx) = common::gpu("wide_tiles_take_matrices_that_fill_the_gpu_without_split_k") else { return };
     let mut rng = common::rng("wide_tiles_take_matrices_that_fill_the_gpu_without_split_k");
