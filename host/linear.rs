@@ -167,14 +167,19 @@ fn mma_preferred_at_large_m(shape: Shape) -> bool {
 ///   grid-dependency wait (k = 2..4: `q` 5.28 / 5.44 / 5.70 against 5.46 /
 ///   5.82 / 6.05); at k = 5 the GEMV is ahead on every shape but Qwen3
 ///   gate/up (bb9905e: Llama-3-70B 100.7 against 112.5 µs);
-/// - never at M ≤ 2: the GEMV is ahead on most shapes (`q` k = 4 5.63
-///   against 6.00, Llama-3-70B 64.6 against 77.3); the MMA kernel is ahead
-///   by 5-12 % only on Qwen3 gate/up at k = 3, 4 and GLM shared at k = 2, 3.
+/// - M = 2 at k = 3, 4 on matrices of 2^27 weights and more, since the
+///   wide stages of the MMA kernel (table at f308557: Llama-3-70B k = 3
+///   59.7 against 62.7, k = 4 61.2 against 64.6; at k = 2 even, 72.4
+///   against 72.8; Llama-3-8B, 2^25.8, within 1 %);
+/// - never at M = 1, nor at M = 2 elsewhere: the GEMV is ahead on most
+///   shapes (`q` k = 4 4.94 against 5.90); the MMA kernel is ahead by
+///   5-12 % only on Qwen3 gate/up at k = 3, 4 and GLM shared at k = 2, 3.
 fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32) -> bool {
     let weights = (shape.n as u64) * (shape.k as u64);
     match m {
         4 => weights >= 1 << 20,
         3 => bits <= 4 && weights > 1 << 23,
+        2 => (bits == 3 || bits == 4) && weights >= 1 << 27,
         _ => false,
     }
 }
