@@ -386,21 +386,21 @@ impl Context {
         {
             plan = sk;
         }
-        // Stream-K on the wide-stage instance (one m block, k = 3, 4, 128
-        // columns) wherever it has at least 3/4 of an SM's worth of n tiles
-        // and each block at least 16 K tiles (4 wide stages), whichever tile
-        // the cost model chose: its units do not see that a wide stage costs
-        // half the overhead per tile. Llama-3-8B gate/up (112 tiles on 132
-        // SMs, 27 iterations per block) at M = 4..16: −7 to −13 % against
-        // 224 tiles of 64 columns; GLM shared (80 tiles, 9.7 per block)
-        // came out even (k = 4 −3 %, k = 3 +4 to +6 %), Qwen3 gate/up (40
-        // tiles, 4.8 per block) +50 %.
+        // Stream-K on the wide-stage instance (one m block, 128 columns)
+        // wherever it has at least 3/4 of an SM's worth of n tiles and each
+        // block at least 16 K tiles (4 wide stages), whichever tile the cost
+        // model chose: its units do not see that a wide stage costs half the
+        // overhead per tile. Llama-3-8B gate/up (112 tiles on 132 SMs, 27
+        // iterations per block) at M = 4..16: −6 to −12 % at k = 2..5
+        // against 224 tiles of 64 columns; GLM shared (80 tiles, 9.7 per
+        // block) came out even (k = 4 −3 %, k = 3 +4 to +6 %), Qwen3 gate/up
+        // (40 tiles, 4.8 per block) +50 %.
         let wide_stream = mma_slot(bits, mb, 128, dtype, true).and_then(|i| self.mma.instances[i]).map(|inst| {
             TileConfig { m_blocks: mb, tile_n: 128, tile_slots: inst.tile_slots, blocks_per_sm: inst.blocks_per_sm }
         });
         if opts.splits == Splits::Auto
             && !plan.stream
-            && geo::wide_stages(mb, 4, bits)
+            && geo::wide_stages(mb, 4)
             && 4 * shape.n.div_ceil(128) >= 3 * sms as usize
             && let Some(st) = wide_stream
             && let Ok(sk) = splitk::plan(m, shape.n, shape.k, bits, sms, st, Splits::Stream, limits)

@@ -59,8 +59,10 @@ pub(crate) const MMA_DTYPES: [Dtype; 2] = [Dtype::F16, Dtype::Bf16];
 
 /// (bits, m16 blocks) of the stream-K mma instances, all with 128-column
 /// tiles: where Llama-3-70B gate/up (224 such tiles on 132 SMs) measured
-/// faster with stream-K than without split-K (bench-results/NOTES.md).
-pub(crate) const MMA_STREAM: [(u32, u32); 4] = [(3, 1), (4, 1), (4, 4), (5, 4)];
+/// faster with stream-K than without split-K, and every k at one m block
+/// (the wide-stage instances, which the planner gives stream-K on the
+/// large matrices; bench-results/NOTES.md).
+pub(crate) const MMA_STREAM: [(u32, u32); 6] = [(2, 1), (3, 1), (4, 1), (5, 1), (4, 4), (5, 4)];
 
 /// Tile width of the grouped (MoE) mma instances, one per (bits, m16
 /// blocks, dtype).

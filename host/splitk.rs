@@ -71,10 +71,9 @@ pub struct TileConfig {
 }
 
 impl TileConfig {
-    /// Whether this instance at k = `bits` runs wide stages
-    /// ([`geo::wide_stages`]).
-    pub fn wide_stages(&self, bits: u32) -> bool {
-        geo::wide_stages(self.m_blocks, self.tile_n / 32, bits)
+    /// Whether this instance runs wide stages ([`geo::wide_stages`]).
+    pub fn wide_stages(&self) -> bool {
+        geo::wide_stages(self.m_blocks, self.tile_n / 32)
     }
 }
 
@@ -182,7 +181,7 @@ impl Plan {
         self.tile.tile_slots = tile_slots;
         self.tile.blocks_per_sm = 1;
         (self.stage_tiles, self.stages) =
-            stage_shape(tile_slots, self.tile.tile_n, self.tile.wide_stages(bits), self.tiles_per_split);
+            stage_shape(tile_slots, self.tile.tile_n, self.tile.wide_stages(), self.tiles_per_split);
         self.smem_bytes =
             geo::smem_bytes(self.tile.m_blocks, self.tile.tile_n / 32, bits, self.stages, self.stage_tiles);
         self
@@ -285,7 +284,7 @@ pub fn cost(n_tiles: u32, k_tiles: u32, splits: u32, sm_count: u32, tile: TileCo
     };
     // A short item that ends in a partial stage runs that stage through
     // the kernel's predicated tile loop instead of a straight-line one.
-    let (kt, _) = stage_shape(tile.tile_slots, tile.tile_n, tile.wide_stages(bits), tps);
+    let (kt, _) = stage_shape(tile.tile_slots, tile.tile_n, tile.wide_stages(), tps);
     let partial = tps % kt != 0 && tps <= LATENCY_BOUND_TILES;
     let item = tps as f64 + if partial { PARTIAL_STAGE_COST } else { 0.0 };
     if splits == 1 {
@@ -461,7 +460,7 @@ pub fn plan(
             (items as u32, slots.min(items) as u32)
         }
     };
-    let (stage_tiles, stages) = stage_shape(tile.tile_slots, tile.tile_n, tile.wide_stages(bits), tps.min(k_tiles));
+    let (stage_tiles, stages) = stage_shape(tile.tile_slots, tile.tile_n, tile.wide_stages(), tps.min(k_tiles));
     Ok(Plan {
         m: m as u32,
         n: n as u32,

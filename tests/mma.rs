@@ -246,7 +246,7 @@ fn every_instance_fits_sm89_and_sm90_with_a_deep_enough_pipeline() {
                             assert!(slots >= 4, "{gpu}: k{bits} m{mb} n{tn} only {slots} slots");
                         }
                         // Every item length gets a shape within the slots.
-                        let wide = geo::wide_stages(mb, tn / 32, bits);
+                        let wide = geo::wide_stages(mb, tn / 32);
                         for tps in [1, 2, 3, 5, 16, 128] {
                             let (kt, stages) = splitk::stage_shape(slots, tn, wide, tps);
                             assert!((1..=geo::MAX_STAGE_TILES).contains(&kt) && kt < 2 * tps.max(1));
@@ -275,7 +275,7 @@ fn every_instance_fits_sm89_and_sm90_with_a_deep_enough_pipeline() {
     // SM, wide stages of 4 K tiles (128 weights per thread), ≥ 32 KiB of
     // weights in flight per SM.
     let (slots, blocks) = splitk::slots_for(4, 1, 128, GPUS[1].1, GPUS[1].2, 1024, 2).unwrap();
-    let (kt, stages) = splitk::stage_shape(slots, 128, geo::wide_stages(1, 4, 4), 32);
+    let (kt, stages) = splitk::stage_shape(slots, 128, geo::wide_stages(1, 4), 32);
     let w_tile = 128 * 2 * 4 * 4;
     assert_eq!((blocks, kt), (2, 4), "{slots} slots");
     assert!(blocks * (stages - 1) * kt * w_tile >= 32 * 1024, "{stages} stages");
@@ -306,7 +306,7 @@ fn stage_shapes_aim_at_256_tile_columns_in_three_stages_or_512_in_two_when_wide(
 fn ptx_of_every_mma_kernel_has_the_designed_instructions() {
     let ptx = kbit::module::PTX;
     let names = kbit::module::names::all_mma();
-    assert_eq!(names.len(), 64 + 8 + 32);
+    assert_eq!(names.len(), 64 + 12 + 32);
     for name in names {
         let start = ptx.find(&format!(".entry {name}(")).unwrap_or_else(|| panic!("{name} missing"));
         let body = &ptx[start..];
@@ -956,9 +956,8 @@ fn small_m_loop_gives_the_rows_of_the_m16_call() {
         let (y16, p16) = run(&ctx, &ctx.stream().clone_htod(&x16).unwrap(), 16, &p.dev, opts);
         assert_eq!((p16.tile.m_blocks, p16.tile.tile_n), (1, 128), "k={bits}: {p16:?}");
         assert!(p16.grid < p16.items, "k={bits}: several items per block: {p16:?}");
-        // k = 3, 4: wide stages (4 K tiles), the last one partial.
-        let kt = if bits == 5 { 2 } else { 4 };
-        assert_eq!(p16.stage_tiles, kt, "k={bits}: {p16:?}");
+        // Wide stages (4 K tiles), the last one partial.
+        assert_eq!(p16.stage_tiles, 4, "k={bits}: {p16:?}");
         for m in [1, 3, 8] {
             let xd = ctx.stream().clone_htod(&x16[..m * k]).unwrap();
             let (y, pm) = run(&ctx, &xd, m, &p.dev, opts);
@@ -1023,7 +1022,7 @@ fn wide_stages_take_stream_k_on_matrices_with_most_of_an_sm_in_tiles() {
         {
             let opts = MmaOptions { sm_count_override: Some(sms), ..MmaOptions::default() };
             let p = ctx.mma_plan(kbit::Dtype::F16, m, &w.dev, opts).unwrap();
-            let want = stream && (bits == 3 || bits == 4);
+            let want = stream;
             assert_eq!(p.stream, want, "k = {bits}, M = {m}, {sms} SMs: {p:?}");
             if want {
                 assert_eq!((p.tile.tile_n, p.stage_tiles), (128, 4), "k = {bits}: {p:?}");
@@ -1034,7 +1033,7 @@ fn wide_stages_take_stream_k_on_matrices_with_most_of_an_sm_in_tiles() {
         }
     }
     // The results of such a plan (stream-K pieces across n tiles, wide stages).
-    for (bits, m) in [(3, 8), (4, 16)] {
+    for (bits, m) in [(2, 5), (3, 8), (4, 16), (5, 13)] {
         let c = Case { m, k: 4096, n: 14336, bits, splits: Splits::Auto, sms: Some(132), stage_tiles: None };
         check_case::<f16>(&ctx, &mut rng, &c);
     }

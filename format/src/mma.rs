@@ -192,19 +192,19 @@ pub const fn copy_chunk_rounds(chunks: u32) -> u32 {
     chunks.div_ceil(copy_chunk_threads(chunks))
 }
 
-/// Whether the instance (`mb` m blocks, `nf` fragments, k = `bits`) runs
+/// Whether the instance (`mb` m blocks, `nf` fragments) runs
 /// wide stages: 4 K tiles of 128 columns between barriers (128 weights per
 /// thread), in as few as 2 stages, where the others plan 256 tile columns
-/// (64 weights per thread) in at least 3. One m block at k = 3, 4: a stage
-/// costs these instances about 110 warp instructions besides its tiles'
-/// ≈ 115 each (the wait, the barrier, the copy issue, the cursor), and
-/// halving the stages took Llama-3-70B gate/up at M = 8, 16 from 71.3 to
-/// 64.6 µs at k = 4 and 68.4 to 66.1 µs at k = 3 (sm_90, 2 stages of 4
-/// against 5 of 2). Not at k = 5, whose wider copy grid would cost 45
-/// registers (one block per SM), nor for more m blocks (their second block).
+/// (64 weights per thread) in at least 3. One m block, 128 columns, every
+/// k: a stage costs these instances about 110 warp instructions besides
+/// its tiles' ≈ 115 each at k = 4 (the wait, the barrier, the copy issue,
+/// the cursor), and halving the stages (with stream-K on the large
+/// matrices) took Llama-3-70B gate/up at M = 4..16 from 72 to 61 µs at
+/// k = 4, 69 to 60 at k = 3, 72 to 52 at k = 2 and 111 to 90 at k = 5
+/// (sm_90). Not for more m blocks: their second block per SM.
 #[inline(always)]
-pub const fn wide_stages(mb: u32, nf: u32, bits: u32) -> bool {
-    mb == 1 && tile_n(nf) == 128 && (bits == 3 || bits == 4)
+pub const fn wide_stages(mb: u32, nf: u32) -> bool {
+    mb == 1 && tile_n(nf) == 128
 }
 
 /// The most K tiles per stage that the copy grid of an instance covers:
@@ -212,8 +212,8 @@ pub const fn wide_stages(mb: u32, nf: u32, bits: u32) -> bool {
 /// the largest KT the host plans. Stages of a larger KT (only on request)
 /// take the kernel's edge copies.
 #[inline(always)]
-pub const fn copy_stage_tiles(mb: u32, nf: u32, bits: u32) -> u32 {
-    let kt = if wide_stages(mb, nf, bits) { MAX_STAGE_TILES } else { THREADS / tile_n(nf) };
+pub const fn copy_stage_tiles(mb: u32, nf: u32) -> u32 {
+    let kt = if wide_stages(mb, nf) { MAX_STAGE_TILES } else { THREADS / tile_n(nf) };
     if kt > MAX_STAGE_TILES { MAX_STAGE_TILES } else { kt }
 }
 
@@ -542,15 +542,10 @@ mod tests {
 
     #[test]
     fn copy_grid_covers_the_planned_stage_tiles() {
-        for bits in 2..=5 {
-            for mb in 1..=4 {
-                let wide = mb == 1 && (bits == 3 || bits == 4);
-                assert_eq!(wide_stages(mb, 4, bits), wide);
-                assert_eq!(
-                    (copy_stage_tiles(mb, 2, bits), copy_stage_tiles(mb, 4, bits)),
-                    (4, if wide { 4 } else { 2 })
-                );
-            }
+        for mb in 1..=4 {
+            let wide = mb == 1;
+            assert!(wide_stages(mb, 4) == wide && !wide_stages(mb, 2));
+            assert_eq!((copy_stage_tiles(mb, 2), copy_stage_tiles(mb, 4)), (4, if wide { 4 } else { 2 }));
         }
     }
 

@@ -154,7 +154,9 @@ mma_entries! {
 // Stream-K instances (the host's `MMA_STREAM`): 128-column tiles at the
 // (k, m16 blocks) where matrices of more n tiles than SMs ran faster with it.
 mma_entries! {
+    kbit_mma_stream_k2_m1_n128_f16: 2, 1, 4, F16, true; kbit_mma_stream_k2_m1_n128_bf16: 2, 1, 4, Bf16, true;
     kbit_mma_stream_k3_m1_n128_f16: 3, 1, 4, F16, true; kbit_mma_stream_k3_m1_n128_bf16: 3, 1, 4, Bf16, true;
+    kbit_mma_stream_k5_m1_n128_f16: 5, 1, 4, F16, true; kbit_mma_stream_k5_m1_n128_bf16: 5, 1, 4, Bf16, true;
     kbit_mma_stream_k4_m1_n128_f16: 4, 1, 4, F16, true; kbit_mma_stream_k4_m1_n128_bf16: 4, 1, 4, Bf16, true;
     kbit_mma_stream_k4_m4_n128_f16: 4, 4, 4, F16, true; kbit_mma_stream_k4_m4_n128_bf16: 4, 4, 4, Bf16, true;
     kbit_mma_stream_k5_m4_n128_f16: 5, 4, 4, F16, true; kbit_mma_stream_k5_m4_n128_bf16: 5, 4, 4, Bf16, true;

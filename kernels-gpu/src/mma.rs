@@ -800,7 +800,7 @@ unsafe fn issue<const K: usize, const MB: usize, const NF: usize, const X2: bool
     // The instances with 64 accumulators per thread (MB = 4, TILE_N 128)
     // keep the edge copies: the interior copies' addresses and predicates
     // would raise them from 123–144 to ≈ 160 registers.
-    if MB * NF < 16 && interior && a.stage_tiles <= geo::copy_stage_tiles(MB as u32, nfu, K as u32) {
+    if MB * NF < 16 && interior && a.stage_tiles <= geo::copy_stage_tiles(MB as u32, nfu) {
         unsafe { issue_interior::<K, MB, NF, X2, B>(a, b, c, len, buf, tid) };
     } else {
         unsafe { issue_a_edge::<K, MB, NF, B>(a, b, c.kt, len, buf, tid) };
@@ -872,7 +872,7 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize, const
     let (n, n0) = (a.n as u64, c.n0 as u64);
     let (packed, scales) = (b.packed(a) as *const u8, b.scales(a));
     let kt_stage = a.stage_tiles.max(1);
-    let kt_max = geo::copy_stage_tiles(mbu, nfu, kb);
+    let kt_max = geo::copy_stage_tiles(mbu, nfu);
     // With 48 accumulators per thread (MB = 3, TILE_N 128) the copy grid's
     // per-thread offsets are recomputed per stage rather than kept in
     // registers for the whole loop (which would take the instance past 128
