@@ -165,21 +165,22 @@ fn mma_preferred_at_large_m(shape: Shape) -> bool {
 ///   against 102.5; `down` within 1 %); on `q` and `o` (2^23) the GEMV has
 ///   been ahead since its first weight loads go out before the
 ///   grid-dependency wait (k = 2..4: `q` 5.28 / 5.44 / 5.70 against 5.46 /
-///   5.82 / 6.05); at k = 5 the GEMV is ahead on every shape but Qwen3
-///   gate/up (bb9905e: Llama-3-70B 100.7 against 112.5 µs);
-/// - M = 2 at k = 3, 4 on matrices of 2^27 weights and more, since the
-///   wide stages of the MMA kernel (table at f308557: Llama-3-70B k = 3
-///   59.7 against 62.7, k = 4 61.2 against 64.6; at k = 2 even, 72.4
-///   against 72.8; Llama-3-8B, 2^25.8, within 1 %);
-/// - never at M = 1, nor at M = 2 elsewhere: the GEMV is ahead on most
-///   shapes (`q` k = 4 4.94 against 5.90); the MMA kernel is ahead by
-///   5-12 % only on Qwen3 gate/up at k = 3, 4 and GLM shared at k = 2, 3.
+///   5.82 / 6.05); at k = 5 on matrices of 2^27 weights and more since the
+///   wide stages (table at 43f486e: Llama-3-70B 91.6 against 101.8 µs;
+///   Llama-3-8B even, 28.5 against 28.5; the GEMV ahead on the others);
+/// - M = 2 at k ≤ 4 on matrices of 2^27 weights and more, and at k = 2
+///   from 2^24, since the wide stages (table at 43f486e: Llama-3-70B k = 2
+///   / 3 / 4 52.6 / 59.8 / 61.0 against 72.9 / 62.8 / 64.7; k = 2 GLM
+///   shared 9.40 against 9.94, Llama-3-8B 17.9 against 18.5, Qwen3 gate/up
+///   (2^23.3) 6.27 against 5.96; Llama-3-8B at k = 3, 4 within 2 %; k = 5
+///   GEMV ahead, 70B 85.2 against 91.6);
+/// - never at M = 1: the GEMV is ahead on every shape.
 fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32) -> bool {
     let weights = (shape.n as u64) * (shape.k as u64);
     match m {
         4 => weights >= 1 << 20,
-        3 => bits <= 4 && weights > 1 << 23,
-        2 => (bits == 3 || bits == 4) && weights >= 1 << 27,
+        3 => (bits <= 4 && weights > 1 << 23) || weights >= 1 << 27,
+        2 => (bits <= 4 && weights >= 1 << 27) || (bits == 2 && weights >= 1 << 24),
         _ => false,
     }
 }

@@ -86,8 +86,8 @@ fn expected_kernel(m: usize, shape: Shape, bits: u32) -> Kernel {
     let weights = shape.n * shape.k;
     match m {
         4 if weights >= 1 << 20 => Kernel::Mma,
-        3 if weights > 1 << 23 && bits <= 4 => Kernel::Mma,
-        2 if weights >= 1 << 27 && (bits == 3 || bits == 4) => Kernel::Mma,
+        3 if (weights > 1 << 23 && bits <= 4) || weights >= 1 << 27 => Kernel::Mma,
+        2 if (weights >= 1 << 27 && bits <= 4) || (weights >= 1 << 24 && bits == 2) => Kernel::Mma,
         1..=4 => Kernel::Scalar,
         5..=32 => Kernel::Mma,
         33..=64 if shape.k >= 4096 || shape.n * shape.k >= 1 << 24 => Kernel::Mma,
@@ -148,8 +148,8 @@ fn linear_matches_reference_on_awkward_shapes() {
 #[test]
 fn linear_dispatch_around_the_crossovers() {
     // From 2^20 weights (`kv`) the MMA kernel takes M = 4, above 2^23 also
-    // M = 3 at k ≤ 4, from 2^27 also M = 2 at k = 3, 4; below 2^20 the
-    // scalar GEMV takes all of M ≤ 4. M = 48: the MMA kernel on the large
+    // M = 3 at k ≤ 4, from 2^24 M = 2 at k = 2, from 2^27 M = 2 at k ≤ 4
+    // and M = 3 at every k; below 2^20 the scalar GEMV takes all of M ≤ 4. M = 48: the MMA kernel on the large
     // matrix (K ≥ 4096), dequant + cuBLAS on the short-K ones. Every
     // result checked against the reference.
     let test = "linear_dispatch_around_the_crossovers";
@@ -157,11 +157,13 @@ fn linear_dispatch_around_the_crossovers() {
     let Some(ctx) = common::gpu(test) else { return };
     let mut rng = common::rng(test);
     // (N, K): exactly 2^27 weights (M = 2, 3 only), 2^25 and more, exactly
-    // 2^23, between (Qwen3 gate/up), exactly 2^20 (`kv`) and below.
-    for (n, k) in [(16384, 8192), (4100, 8192), (4096, 2048), (5120, 2048), (512, 2048), (256, 2048)] {
+    // 2^24, exactly 2^23, between (Qwen3 gate/up), exactly 2^20 (`kv`) and
+    // below.
+    let shapes = [(16384, 8192), (4100, 8192), (8192, 2048), (4096, 2048), (5120, 2048), (512, 2048), (256, 2048)];
+    for (n, k) in shapes {
         let shape = Shape::new(n, k).unwrap();
         let ms: &[usize] = if n * k >= 1 << 27 { &[2, 3] } else { &[2, 3, 4, 48] };
-        for bits in [3, 4, 5] {
+        for bits in [2, 3, 4, 5] {
             let (w, host) = random_weight(&ctx, &mut rng, shape, bits);
             let want_w = reference::dequantize_tiled::<f32>(&host);
             let what = format!("[{n},{k}] k={bits}");
@@ -169,8 +171,8 @@ fn linear_dispatch_around_the_crossovers() {
                 let kernel = check_linear::<f16>(&ctx, &mut rng, &w, &want_w, m, &what);
                 assert_eq!(kernel, expected_kernel(m, shape, bits), "{what}: dispatch at M = {m}");
                 let mma_at_small_m = match m {
-                    2 => n * k >= 1 << 27 && bits <= 4,
-                    3 => n * k > 1 << 23 && bits <= 4,
+                    2 => (n * k >= 1 << 27 && bits <= 4) || (n * k >= 1 << 24 && bits == 2),
+                    3 => (n * k > 1 << 23 && bits <= 4) || n * k >= 1 << 27,
                     4 => n * k >= 1 << 20,
                     _ => false,
                 };
