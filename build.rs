@@ -34,12 +34,13 @@ fn main() {
 /// shared memory alone: 3 for one m block, 2 for more. Left alone, ptxas
 /// gives some two- and four-m-block instances 129-132 registers, one
 /// block's worth; capped, they keep two, with no spills (the PTX test
-/// checks). The dense one-m-block, 128-column instances (wide stages,
-/// `kbit_format::mma::wide_stages`) likewise keep the two blocks their
-/// shared memory allows (k = 4, 5 uncapped: 131 registers).
+/// checks). The dense one- and two-m-block, 128-column instances (wide
+/// stages, `kbit_format::mma::wide_stages`) likewise keep the two blocks
+/// their shared memory allows (one m block at k = 4, 5 uncapped: 131
+/// registers).
 fn launch_bounds(entry: &str) -> Option<&'static str> {
     let dense = entry.starts_with("kbit_mma_k") || entry.starts_with("kbit_mma_stream_");
-    if dense && entry.contains("_m1_n128_") {
+    if dense && (entry.contains("_m1_n128_") || entry.contains("_m2_n128_")) {
         Some(".maxntid 256, 1, 1\n.minnctapersm 2\n")
     } else if !entry.starts_with("kbit_mma_grouped_") {
         None

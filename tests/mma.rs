@@ -971,6 +971,13 @@ fn small_m_loop_gives_the_rows_of_the_m16_call() {
             let c = Case { m, k, n, bits, splits: Splits::Fixed(3), sms: Some(sms), stage_tiles: None };
             check_case::<f16>(&ctx, &mut rng, &c);
         }
+        // Two m blocks: wide stages as well.
+        let p24 = ctx.mma_plan(kbit::Dtype::F16, 24, &p.dev, opts).unwrap();
+        if p24.tile.tile_n == 128 {
+            assert_eq!((p24.tile.m_blocks, p24.stage_tiles), (2, 4), "k={bits}: {p24:?}");
+        }
+        let c = Case { m: 24, k, n, bits, splits: Splits::Auto, sms: Some(sms), stage_tiles: None };
+        check_case::<f16>(&ctx, &mut rng, &c);
     }
 }
 

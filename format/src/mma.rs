@@ -195,16 +195,19 @@ pub const fn copy_chunk_rounds(chunks: u32) -> u32 {
 /// Whether the instance (`mb` m blocks, `nf` fragments) runs
 /// wide stages: 4 K tiles of 128 columns between barriers (128 weights per
 /// thread), in as few as 2 stages, where the others plan 256 tile columns
-/// (64 weights per thread) in at least 3. One m block, 128 columns, every
-/// k: a stage costs these instances about 110 warp instructions besides
-/// its tiles' ≈ 115 each at k = 4 (the wait, the barrier, the copy issue,
-/// the cursor), and halving the stages (with stream-K on the large
-/// matrices) took Llama-3-70B gate/up at M = 4..16 from 72 to 61 µs at
-/// k = 4, 69 to 60 at k = 3, 72 to 52 at k = 2 and 111 to 90 at k = 5
-/// (sm_90). Not for more m blocks: their second block per SM.
+/// (64 weights per thread) in at least 3. One or two m blocks, 128
+/// columns, every k: a stage costs these instances about 110 warp
+/// instructions besides its tiles' ≈ 115 each (one m block, k = 4: the
+/// wait, the barrier, the copy issue, the cursor), and halving the stages
+/// (with stream-K on the large matrices at one m block) took Llama-3-70B
+/// gate/up at M = 4..16 from 72 to 61 µs at k = 4, 69 to 60 at k = 3, 72
+/// to 52 at k = 2 and 111 to 90 at k = 5, and Llama-3-8B gate/up at
+/// M = 17..32 from 28–42 to 22–36 µs (sm_90). Not from three m blocks,
+/// whose shared memory holds fewer than two stages of 4 at two blocks
+/// per SM.
 #[inline(always)]
 pub const fn wide_stages(mb: u32, nf: u32) -> bool {
-    mb == 1 && tile_n(nf) == 128
+    mb <= 2 && tile_n(nf) == 128
 }
 
 /// The most K tiles per stage that the copy grid of an instance covers:
@@ -543,7 +546,7 @@ mod tests {
     #[test]
     fn copy_grid_covers_the_planned_stage_tiles() {
         for mb in 1..=4 {
-            let wide = mb == 1;
+            let wide = mb <= 2;
             assert!(wide_stages(mb, 4) == wide && !wide_stages(mb, 2));
             assert_eq!((copy_stage_tiles(mb, 2), copy_stage_tiles(mb, 4)), (4, if wide { 4 } else { 2 }));
         }
