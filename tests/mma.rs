@@ -971,13 +971,6 @@ fn small_m_loop_gives_the_rows_of_the_m16_call() {
             let c = Case { m, k, n, bits, splits: Splits::Fixed(3), sms: Some(sms), stage_tiles: None };
             check_case::<f16>(&ctx, &mut rng, &c);
         }
-        // Two m blocks: wide stages as well.
-        let p24 = ctx.mma_plan(kbit::Dtype::F16, 24, &p.dev, opts).unwrap();
-        if p24.tile.tile_n == 128 {
-            assert_eq!((p24.tile.m_blocks, p24.stage_tiles), (2, 4), "k={bits}: {p24:?}");
-        }
-        let c = Case { m: 24, k, n, bits, splits: Splits::Auto, sms: Some(sms), stage_tiles: None };
-        check_case::<f16>(&ctx, &mut rng, &c);
     }
 }
 
@@ -1039,8 +1032,17 @@ fn wide_stages_take_stream_k_on_matrices_with_most_of_an_sm_in_tiles() {
             }
         }
     }
-    // The results of such a plan (stream-K pieces across n tiles, wide stages).
-    for (bits, m) in [(2, 5), (3, 8), (4, 16), (5, 13)] {
+    // Two m blocks on the same matrix: 128-column tiles in wide stages.
+    for bits in [2, 3, 4, 5] {
+        let big = prepare::<f16>(&ctx, &mut rng, 4096, 14336, bits);
+        let opts = MmaOptions { sm_count_override: Some(132), ..MmaOptions::default() };
+        let p = ctx.mma_plan(kbit::Dtype::F16, 24, &big.dev, opts).unwrap();
+        assert_eq!((p.tile.m_blocks, p.tile.tile_n, p.stage_tiles), (2, 128, 4), "k = {bits}: {p:?}");
+        check_plan(&p, &format!("k = {bits}, M = 24"));
+    }
+    // The results of such plans (stream-K pieces across n tiles, wide
+    // stages; two m blocks at M = 24).
+    for (bits, m) in [(2, 5), (3, 8), (4, 16), (5, 13), (4, 24)] {
         let c = Case { m, k: 4096, n: 14336, bits, splits: Splits::Auto, sms: Some(132), stage_tiles: None };
         check_case::<f16>(&ctx, &mut rng, &c);
     }
