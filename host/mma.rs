@@ -359,9 +359,8 @@ impl Context {
         };
         // The stream-K instance of this tile, if there is one (its own
         // registers, so its own residency).
-        let stream_tile = mma_slot(bits, mb, tile.tile_n, dtype, true)
-            .and_then(|i| self.mma.instances[i])
-            .map(|inst| TileConfig { tile_slots: inst.tile_slots, blocks_per_sm: inst.blocks_per_sm, ..tile });
+        let stream_of = |tn: u32| mma_slot(bits, mb, tn, dtype, true).and_then(|i| self.mma.tile(i, mb, tn));
+        let stream_tile = stream_of(tile.tile_n);
         let mut plan = match (opts.splits, stream_tile) {
             (Splits::Stream, None) => {
                 return Err(Error::SplitK {
@@ -395,14 +394,11 @@ impl Context {
         // against 224 tiles of 64 columns; GLM shared (80 tiles, 9.7 per
         // block) came out even (k = 4 −3 %, k = 3 +4 to +6 %), Qwen3 gate/up
         // (40 tiles, 4.8 per block) +50 %.
-        let wide_stream = mma_slot(bits, mb, 128, dtype, true).and_then(|i| self.mma.instances[i]).map(|inst| {
-            TileConfig { m_blocks: mb, tile_n: 128, tile_slots: inst.tile_slots, blocks_per_sm: inst.blocks_per_sm }
-        });
         if opts.splits == Splits::Auto
             && !plan.stream
             && geo::wide_stages(mb, 4)
             && 4 * shape.n.div_ceil(128) >= 3 * sms as usize
-            && let Some(st) = wide_stream
+            && let Some(st) = stream_of(128)
             && let Ok(sk) = splitk::plan(m, shape.n, shape.k, bits, sms, st, Splits::Stream, limits)
             && sk.tiles_per_split >= 4 * geo::MAX_STAGE_TILES
         {
