@@ -6,6 +6,11 @@
 //! e.g. clippy's wrapper or host target flags), with its own target
 //! directory so that the host and device builds never contend for a lock.
 //! `KBIT_PTX=path` skips the nested build and embeds a prebuilt PTX file.
+//!
+//! The entries of the sm_90a module (`kbit_wgmma_*`: warpgroup MMA, which
+//! no other architecture has) are cut out of `kbit.ptx` into
+//! `kbit_sm90a.ptx`, which holds only them; `host/module.rs` appends them
+//! to the module it loads on sm_90.
 
 use std::env;
 use std::path::PathBuf;
@@ -25,7 +30,32 @@ fn main() {
 
     let ptx = if let Ok(prebuilt) = env::var("KBIT_PTX") { PathBuf::from(prebuilt) } else { build_kernels(&root) };
     let text = std::fs::read_to_string(&ptx).unwrap_or_else(|e| panic!("reading {}: {e}", ptx.display()));
-    std::fs::write(out.join("kbit.ptx"), with_launch_bounds(&text)).expect("writing OUT_DIR/kbit.ptx");
+    let (common, sm90a) = split_sm90a(&with_launch_bounds(&text));
+    std::fs::write(out.join("kbit.ptx"), common).expect("writing OUT_DIR/kbit.ptx");
+    std::fs::write(out.join("kbit_sm90a.ptx"), sm90a).expect("writing OUT_DIR/kbit_sm90a.ptx");
+}
+
+/// Name prefix of the entries that only the sm_90a module holds.
+const SM90A_PREFIX: &str = "kbit_wgmma_";
+
+/// `ptx` without the sm_90a entries, and those entries alone (each from
+/// its `.visible .entry` line to the closing brace of its body).
+fn split_sm90a(ptx: &str) -> (String, String) {
+    let (mut common, mut sm90a) = (String::with_capacity(ptx.len()), String::new());
+    let mut rest = ptx;
+    while let Some(at) = rest.find(".visible .entry ") {
+        let name = &rest[at + ".visible .entry ".len()..];
+        let end = at + rest[at..].find("\n}\n").expect("an entry body ends with a closing brace") + 3;
+        common.push_str(&rest[..at]);
+        if name.starts_with(SM90A_PREFIX) {
+            sm90a.push_str(&rest[at..end]);
+        } else {
+            common.push_str(&rest[at..end]);
+        }
+        rest = &rest[end..];
+    }
+    common.push_str(rest);
+    (common, sm90a)
 }
 
 /// PTX performance directives of an entry, by name (rustc has no attribute

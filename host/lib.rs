@@ -59,6 +59,7 @@ mod ops;
 pub mod reference;
 pub mod splitk;
 mod weight;
+mod wgmma;
 
 pub use codebook::Codebook;
 pub use context::{Context, DeviceInfo};

@@ -6,7 +6,9 @@
 //!
 //! ```text
 //! 1. scalar GEMV        M ≤ 4 (M = 3, 4 on larger matrices: MMA)  kernel 1 (gemv.rs)
-//! 2. MMA dequant GEMM   M ≤ 32 (≤ 64 on larger matrices)  kernel 2 (mma.rs), split-K over the SMs
+//! 2. MMA dequant GEMM   M ≤ 32 (≤ 64 on larger matrices; on sm_90 ≤ 128 on
+//!                       matrices of 2^25 weights and more)  kernel 2 (mma.rs; wgmma.rs
+//!                       beyond M = 64), split-K over the SMs
 //! 3. dequant + cuBLAS   any M          dequantize W into a scratch buffer, one GemmEx
 //! ```
 //!
@@ -37,7 +39,9 @@ use std::sync::{Mutex, MutexGuard};
 pub enum Kernel {
     /// 1. Scalar GEMV (M = 1..4, dense layers).
     Scalar,
-    /// 2. Tensor-core dequant GEMM (M ≤ 64; automatic dispatch uses it for M = 5..32).
+    /// 2. Tensor-core dequant GEMM: M ≤ 64, and any M on sm_90 (the
+    ///    warpgroup GEMM); automatic dispatch takes it for M = 5..32, up to
+    ///    64 on larger matrices, up to 128 on sm_90 on the largest.
     Mma,
     /// 3. Dequantize to f16/bf16, then a cuBLAS GEMM (any M).
     DequantCublas,
@@ -151,6 +155,19 @@ fn mma_preferred_at_large_m(shape: Shape) -> bool {
     shape.k >= 4096 || (shape.n as u64) * (shape.k as u64) >= 1 << 24
 }
 
+/// Whether automatic dispatch prefers the warpgroup GEMM (sm_90, M > 64)
+/// over dequant + cuBLAS: at M ≤ 128 on matrices of 2^25 weights and more.
+/// H100, table in `bench-results/NOTES.md` (µs, warpgroup GEMM against
+/// dequant + cuBLAS, k = 4 / k = 2): Llama-3-8B gate/up at M = 96 59.5 /
+/// 60.5 against 102.6 / 98.1, at M = 128 77.0 / 74.2 against 103.0 / 98.5;
+/// Llama-3-70B at M = 96 226.5 / 229.8 against 395.1 / 373.4, at M = 128
+/// 271.7 / 256.6 against 393.6 / 371.6. At M = 256 and on smaller matrices
+/// (GLM shared, 2^24.3: 34.1 against 34.9 at M = 96, 42.3 against 35.2 at
+/// M = 128) dequant + cuBLAS is as fast or faster.
+fn wgmma_preferred(m: usize, shape: Shape) -> bool {
+    m <= 128 && (shape.n as u64) * (shape.k as u64) >= 1 << 25
+}
+
 /// Whether automatic dispatch prefers the MMA kernel to the scalar GEMV at
 /// M ≤ 4 (H100 table at bb9905e, `bench-results/`; µs, MMA against GEMV):
 /// - M = 4 on matrices of 2^20 weights and more: every design and Llama
@@ -188,7 +205,7 @@ fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32) -> bool {
 /// Why `kernel` cannot compute `linear` with `m` rows of a `shape` weight
 /// of `bits` bits, or `None` if it can. `auto` applies the dispatch
 /// preferences on top of the hard limits.
-fn linear_unfit(kernel: Kernel, m: usize, shape: Shape, bits: u32, auto: bool) -> Option<&'static str> {
+fn linear_unfit(kernel: Kernel, m: usize, shape: Shape, bits: u32, auto: bool, wgmma: bool) -> Option<&'static str> {
     if !kernel.is_available() {
         return Some("the kernel is not part of this build yet");
     }
@@ -198,7 +215,10 @@ fn linear_unfit(kernel: Kernel, m: usize, shape: Shape, bits: u32, auto: bool) -
         Kernel::Scalar if auto && mma_preferred_at_small_m(m, shape, bits) => {
             Some("the MMA kernel is faster at this M on this matrix")
         }
-        Kernel::Mma if m > MMA_MAX_M => Some("the MMA kernel serves M ≤ 64"),
+        Kernel::Mma if m > MMA_MAX_M && !wgmma => Some("the MMA kernel serves M ≤ 64 (any M on sm_90)"),
+        Kernel::Mma if auto && m > MMA_MAX_M && !wgmma_preferred(m, shape) => {
+            Some("dequant + cuBLAS is faster at this M on this matrix")
+        }
         Kernel::Mma if auto && m > MMA_AUTO_MAX_M && !mma_preferred_at_large_m(shape) => {
             Some("dequant + cuBLAS is faster at this M on this matrix")
         }
@@ -269,7 +289,7 @@ impl Context {
         check_linear(T::DTYPE, m, w.shape(), x.len(), y.len())?;
         let kernel = match self.forced_kernel() {
             Some(kernel) => {
-                if let Some(why) = linear_unfit(kernel, m, w.shape(), w.bits(), false) {
+                if let Some(why) = linear_unfit(kernel, m, w.shape(), w.bits(), false, self.has_wgmma()) {
                     return Err(not_applicable(
                         kernel,
                         format!("{why} (linear, M = {m}, W [{}, {}])", w.shape().n, w.shape().k),
@@ -293,7 +313,7 @@ impl Context {
         y: &mut impl DevicePtrMut<T>,
     ) -> Result<Kernel> {
         for kernel in LINEAR_CHAIN {
-            if linear_unfit(kernel, m, w.shape(), w.bits(), true).is_none() {
+            if linear_unfit(kernel, m, w.shape(), w.bits(), true, self.has_wgmma()).is_none() {
                 self.run_linear(kernel, x, m, w, y)?;
                 return Ok(kernel);
             }
@@ -314,10 +334,11 @@ impl Context {
         match kernel {
             Kernel::DequantCublas => self.dequant_cublas(x, m, w, y),
             Kernel::Scalar => self.gemv(x, m, w, y),
+            Kernel::Mma if m > MMA_MAX_M => self.wgmma_gemm(x, m, w, y),
             Kernel::Mma => self.mma_gemm(x, m, w, y),
             Kernel::GroupedScalar | Kernel::GroupedMma => Err(not_applicable(
                 kernel,
-                linear_unfit(kernel, m, w.shape(), w.bits(), false).unwrap_or("not a linear kernel"),
+                linear_unfit(kernel, m, w.shape(), w.bits(), false, self.has_wgmma()).unwrap_or("not a linear kernel"),
             )),
         }
     }

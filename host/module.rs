@@ -6,8 +6,13 @@ use cudarc::nvrtc::Ptx;
 use std::sync::Arc;
 
 /// PTX of every kernel, built from `kernels-gpu` by `build.rs` (rustc
-/// nvptx64 backend, `.target sm_89`; the driver JIT-compiles it for newer GPUs).
+/// nvptx64 backend, `.target sm_89`; the driver JIT-compiles it for newer
+/// GPUs), except the sm_90a entries.
 pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/kbit.ptx"));
+
+/// The entries that need sm_90a (`kbit_wgmma_*`, warpgroup MMA), cut out
+/// of the same build: [`ptx_for`] appends them to [`PTX`] for sm_90.
+pub const PTX_SM90A_ENTRIES: &str = include_str!(concat!(env!("OUT_DIR"), "/kbit_sm90a.ptx"));
 
 /// The marker comments `kernels-gpu` emits where a kernel waits for the
 /// grids it depends on and lets its dependents start (its `ptx` module), and
@@ -24,21 +29,38 @@ pub fn programmatic_launch(cc: (i32, i32)) -> bool {
     cc.0 >= 9
 }
 
+/// Whether a device of compute capability `cc` runs the sm_90a module
+/// (warpgroup MMA): exactly sm_90 (H100, H200, H20). Code for sm_90a runs
+/// on no other architecture.
+pub fn has_wgmma(cc: (i32, i32)) -> bool {
+    cc == (9, 0)
+}
+
 /// The PTX to load on a device of compute capability `cc`: [`PTX`] as built
 /// (`.target sm_89`) below sm_90; from sm_90 on, the same code with
 /// `.target sm_90` and the grid-dependency markers turned into
-/// `griddepcontrol` instructions, so that programmatic launches are safe.
+/// `griddepcontrol` instructions, so that programmatic launches are safe;
+/// on sm_90 itself `.target sm_90a` (PTX ISA 8.0) and the
+/// [`PTX_SM90A_ENTRIES`] appended.
 ///
 /// ```
 /// let ptx = kbit::module::ptx_for((9, 0));
-/// assert!(ptx.contains(".target sm_90") && ptx.contains("griddepcontrol.wait;"));
+/// assert!(ptx.contains(".target sm_90a") && ptx.contains("griddepcontrol.wait;"));
+/// assert!(ptx.contains(".entry kbit_wgmma_k4_f16("));
 /// assert!(!kbit::module::ptx_for((8, 9)).contains("griddepcontrol.wait;"));
+/// assert!(!kbit::module::ptx_for((8, 9)).contains(".entry kbit_wgmma_"));
+/// assert!(!kbit::module::ptx_for((10, 0)).contains(".entry kbit_wgmma_"));
 /// ```
 pub fn ptx_for(cc: (i32, i32)) -> std::borrow::Cow<'static, str> {
     if !programmatic_launch(cc) {
         return PTX.into();
     }
-    let mut s = PTX.replacen(".target sm_89", ".target sm_90", 1);
+    let mut s = if has_wgmma(cc) {
+        let header = PTX.replacen(".version 7.8", ".version 8.0", 1).replacen(".target sm_89", ".target sm_90a", 1);
+        header + PTX_SM90A_ENTRIES
+    } else {
+        PTX.replacen(".target sm_89", ".target sm_90", 1)
+    };
     for (marker, insn) in GRID_DEPENDENCY_MARKERS {
         s = s.replace(marker, insn);
     }
@@ -210,7 +232,23 @@ pub mod names {
         }
         v
     }
-    /// Every entry point the host expects in the PTX.
+    /// `kbit_wgmma_k{bits}_{dtype}`: the warpgroup tensor-core GEMM of the
+    /// sm_90a module.
+    pub fn wgmma(bits: u32, dtype: Dtype) -> String {
+        format!("kbit_wgmma_k{bits}_{}", dtype.name())
+    }
+    /// Every entry point of [`PTX_SM90A_ENTRIES`](super::PTX_SM90A_ENTRIES),
+    /// in the kernel table's order.
+    pub fn all_wgmma() -> Vec<String> {
+        let mut v = Vec::new();
+        for bits in super::BITS {
+            for d in super::MMA_DTYPES {
+                v.push(wgmma(bits, d));
+            }
+        }
+        v
+    }
+    /// Every entry point the host expects in [`PTX`](super::PTX).
     pub fn all() -> Vec<String> {
         let mut v = Vec::new();
         for bits in super::BITS {
@@ -275,6 +313,10 @@ pub(crate) struct Kernels {
     pub mma: Vec<CudaFunction>,
     /// Scalar GEMV instances (dense and grouped).
     pub gemv: crate::gemv::GemvKernels,
+    /// Warpgroup tensor-core GEMM instances (sm_90 only), in
+    /// [`names::all_wgmma`] order, with the blocks of each that fit an SM;
+    /// empty elsewhere.
+    pub wgmma: Vec<(CudaFunction, u32)>,
 }
 
 fn bits_slot(bits: u32) -> usize {
@@ -308,7 +350,35 @@ impl Kernels {
         let grouped_dequant = [gd(2)?, gd(3)?, gd(4)?, gd(5)?];
         let mma = names::all_mma().into_iter().map(get).collect::<Result<Vec<_>>>()?;
         let gemv = crate::gemv::GemvKernels::load(ctx, &module)?;
-        Ok(Self { _module: module, quantize, repack, dequant, selftest_mma, moe_rows, grouped_dequant, mma, gemv })
+        let mut wgmma = Vec::new();
+        if has_wgmma(cc) {
+            use cudarc::driver::sys::CUfunction_attribute as FnAttr;
+            let max_smem = ctx.attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )?;
+            for (i, name) in names::all_wgmma().into_iter().enumerate() {
+                let f = get(name)?;
+                let smem = kbit_format::wgmma::smem_bytes(BITS[i / MMA_DTYPES.len()]);
+                // Any size up to the device's limit: a programmatic launch
+                // may ask for more than it uses (Context::programmatic_now).
+                f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, max_smem)?;
+                let threads = kbit_format::wgmma::THREADS;
+                let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(threads, smem as usize, None)?;
+                wgmma.push((f, per_sm.max(1)));
+            }
+        }
+        Ok(Self {
+            _module: module,
+            quantize,
+            repack,
+            dequant,
+            selftest_mma,
+            moe_rows,
+            grouped_dequant,
+            mma,
+            gemv,
+            wgmma,
+        })
     }
 
     pub fn quantize(&self, bits: u32, dtype: Dtype) -> &CudaFunction {

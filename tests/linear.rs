@@ -81,8 +81,9 @@ fn check_linear<T: Element>(
 }
 
 /// The kernel automatic dispatch picks for M rows of a dense `shape`
-/// layer of `bits` bits.
-fn expected_kernel(m: usize, shape: Shape, bits: u32) -> Kernel {
+/// layer of `bits` bits, on a device with (`wgmma`, sm_90) or without the
+/// warpgroup GEMM.
+fn expected_kernel(m: usize, shape: Shape, bits: u32, wgmma: bool) -> Kernel {
     let weights = shape.n * shape.k;
     match m {
         4 if weights >= 1 << 20 => Kernel::Mma,
@@ -91,6 +92,7 @@ fn expected_kernel(m: usize, shape: Shape, bits: u32) -> Kernel {
         1..=4 => Kernel::Scalar,
         5..=32 => Kernel::Mma,
         33..=64 if shape.k >= 4096 || shape.n * shape.k >= 1 << 24 => Kernel::Mma,
+        65..=128 if wgmma && weights >= 1 << 25 => Kernel::Mma,
         _ => Kernel::DequantCublas,
     }
 }
@@ -117,7 +119,12 @@ fn linear_matches_reference_on_design_shapes() {
                 } else {
                     check_linear::<bf16>(&ctx, &mut rng, &w, &want_w, MS[mi], &what)
                 };
-                assert_eq!(kernel, expected_kernel(MS[mi], shape, bits), "{what}: dispatch at M = {}", MS[mi]);
+                assert_eq!(
+                    kernel,
+                    expected_kernel(MS[mi], shape, bits, ctx.has_wgmma()),
+                    "{what}: dispatch at M = {}",
+                    MS[mi]
+                );
                 seen[si][mi] = true;
             }
         }
@@ -150,8 +157,9 @@ fn linear_dispatch_around_the_crossovers() {
     // From 2^20 weights (`kv`) the MMA kernel takes M = 4, above 2^23 also
     // M = 3 at k ≤ 4, from 2^24 M = 2 at k = 2, from 2^27 M = 2 at k ≤ 4
     // and M = 3 at every k; below 2^20 the scalar GEMV takes all of M ≤ 4. M = 48: the MMA kernel on the large
-    // matrix (K ≥ 4096), dequant + cuBLAS on the short-K ones. Every
-    // result checked against the reference.
+    // matrix (K ≥ 4096), dequant + cuBLAS on the short-K ones. M = 100: on
+    // sm_90 the warpgroup GEMM from 2^25 weights, elsewhere dequant +
+    // cuBLAS. Every result checked against the reference.
     let test = "linear_dispatch_around_the_crossovers";
     let _serial = serial();
     let Some(ctx) = common::gpu(test) else { return };
@@ -162,14 +170,14 @@ fn linear_dispatch_around_the_crossovers() {
     let shapes = [(16384, 8192), (4100, 8192), (8192, 2048), (4096, 2048), (5120, 2048), (512, 2048), (256, 2048)];
     for (n, k) in shapes {
         let shape = Shape::new(n, k).unwrap();
-        let ms: &[usize] = if n * k >= 1 << 27 { &[2, 3] } else { &[2, 3, 4, 48] };
+        let ms: &[usize] = if n * k >= 1 << 27 { &[2, 3] } else { &[2, 3, 4, 48, 100] };
         for bits in [2, 3, 4, 5] {
             let (w, host) = random_weight(&ctx, &mut rng, shape, bits);
             let want_w = reference::dequantize_tiled::<f32>(&host);
             let what = format!("[{n},{k}] k={bits}");
             for &m in ms {
                 let kernel = check_linear::<f16>(&ctx, &mut rng, &w, &want_w, m, &what);
-                assert_eq!(kernel, expected_kernel(m, shape, bits), "{what}: dispatch at M = {m}");
+                assert_eq!(kernel, expected_kernel(m, shape, bits, ctx.has_wgmma()), "{what}: dispatch at M = {m}");
                 let mma_at_small_m = match m {
                     2 => (n * k >= 1 << 27 && bits <= 4) || (n * k >= 1 << 24 && bits == 2),
                     3 => (n * k > 1 << 23 && bits <= 4) || n * k >= 1 << 27,
@@ -309,7 +317,7 @@ fn linear_rejects_bad_arguments() {
     // Wrong dtype pairing cannot compile (x and y share T); a bf16 call works.
     let xb = s.alloc_zeros::<bf16>(m * 128).unwrap();
     let mut yb = s.alloc_zeros::<bf16>(m * 64).unwrap();
-    assert_eq!(ctx.linear(&xb, m, &w, &mut yb).unwrap(), expected_kernel(m, w.shape(), w.bits()));
+    assert_eq!(ctx.linear(&xb, m, &w, &mut yb).unwrap(), expected_kernel(m, w.shape(), w.bits(), ctx.has_wgmma()));
     ctx.synchronize().unwrap();
 }
 
@@ -366,7 +374,8 @@ fn kernel_names() {
 /// buffer i % 2 and writes buffer (i + 1) % 2: it reads what layer i − 1
 /// just wrote, and overwrites what layer i − 1 read. GEMV and tensor-core
 /// kernels alternate at M = 1 and 4 (forced), M = 12 takes the automatic
-/// (split-K) plan, and layer 3 reads a weight repacked on the stream right
+/// (split-K) plan, M = 200 alternates the warpgroup GEMM (sm_90) with
+/// dequant + cuBLAS, and layer 3 reads a weight repacked on the stream right
 /// before it. The chain launched serially is checked against the reference
 /// layer by layer; launched programmatically, eagerly and replayed from a
 /// CUDA graph, it must give the same bits.
@@ -391,11 +400,16 @@ fn programmatic_launches_keep_every_dependency() {
         ws.iter().map(|w| reference::dequantize_tiled::<f32>(&ctx.download(w).unwrap())).collect();
     let s = ctx.stream().clone();
 
-    for (m, kinds) in [
+    let mut runs = vec![
         (1, [Some(Kernel::Scalar), Some(Kernel::Mma)]),
         (4, [Some(Kernel::Scalar), Some(Kernel::Mma)]),
         (12, [None, None]),
-    ] {
+    ];
+    if ctx.has_wgmma() {
+        // The warpgroup GEMM (sm_90, M > 64) between cuBLAS layers.
+        runs.push((200, [Some(Kernel::Mma), None]));
+    }
+    for (m, kinds) in runs {
         // Two inputs, used in turn, so that a layer reading a buffer too
         // early would see the other input's values.
         let xs: [Vec<f16>; 2] = [common::gaussian(&mut rng, m * d, 1.0), common::gaussian(&mut rng, m * d, 1.0)];

@@ -791,6 +791,32 @@ fn run<T: Element>(
     (ctx.stream().clone_dtoh(&y).unwrap(), plan)
 }
 
+/// Asserts `y` = `x · Wᵀ` (m rows) against both references of `p` (see
+/// the module docs for the bounds).
+fn assert_matches<T: Element>(what: &str, x: &[T], m: usize, shape: Shape, p: &Prepared<T>, y: &[T]) {
+    let got: Vec<f32> = y.iter().map(|v| v.to_f32()).collect();
+    let ref_t = reference::matmul_f64(x, m, &p.w_t, shape).unwrap();
+    let ref_32 = reference::matmul_f64(x, m, &p.w_32, shape).unwrap();
+    let rms = (ref_t.iter().map(|v| v * v).sum::<f64>() / ref_t.len() as f64).sqrt();
+    // f32 accumulation: at most one rounding of a partial sum (|s| ≲ 4·rms)
+    // per k16 step, ≤ 2^-23 relative each even if truncating: K/16 · 2^-23 · 4·rms.
+    let accumulation = shape.k as f64 * 2f64.powi(-25) * rms;
+    for (i, (&g, &r)) in got.iter().zip(&ref_t).enumerate() {
+        let bound = ulp::<T>(r) + accumulation;
+        assert!(
+            (g as f64 - r).abs() <= bound,
+            "{what}: y[{}, {}] = {g}, exact-weight reference {r} (bound {bound:e})",
+            i / shape.n,
+            i % shape.n
+        );
+    }
+    let (fro_t, _) = common::errors(&got, &ref_t, 1.0);
+    let (fro_32, _) = common::errors(&got, &ref_32, 1.0);
+    let (lim_t, lim_32) = if T::DTYPE == kbit::Dtype::F16 { (2f64.powi(-10), 2e-3) } else { (2f64.powi(-7), 1.2e-2) };
+    assert!(fro_t < lim_t, "{what}: relative Frobenius error vs exact weights {fro_t:e}");
+    assert!(fro_32 < lim_32, "{what}: relative Frobenius error vs f32 weights {fro_32:e}");
+}
+
 fn check_case<T: Element>(ctx: &Context, rng: &mut SmallRng, c: &Case) {
     let shape = Shape::new(c.n, c.k).unwrap();
     let p = prepare::<T>(ctx, rng, c.k, c.n, c.bits);
@@ -827,27 +853,7 @@ fn check_case<T: Element>(ctx: &Context, rng: &mut SmallRng, c: &Case) {
     if c.splits == Splits::Fixed(1) {
         assert_eq!(plan.splits, 1, "{what}");
     }
-    let got: Vec<f32> = y.iter().map(|v| v.to_f32()).collect();
-    let ref_t = reference::matmul_f64(&x, c.m, &p.w_t, shape).unwrap();
-    let ref_32 = reference::matmul_f64(&x, c.m, &p.w_32, shape).unwrap();
-    let rms = (ref_t.iter().map(|v| v * v).sum::<f64>() / ref_t.len() as f64).sqrt();
-    // f32 accumulation: at most one rounding of a partial sum (|s| ≲ 4·rms)
-    // per k16 step, ≤ 2^-23 relative each even if truncating: K/16 · 2^-23 · 4·rms.
-    let accumulation = c.k as f64 * 2f64.powi(-25) * rms;
-    for (i, (&g, &r)) in got.iter().zip(&ref_t).enumerate() {
-        let bound = ulp::<T>(r) + accumulation;
-        assert!(
-            (g as f64 - r).abs() <= bound,
-            "{what}: y[{}, {}] = {g}, exact-weight reference {r} (bound {bound:e})",
-            i / c.n,
-            i % c.n
-        );
-    }
-    let (fro_t, _) = common::errors(&got, &ref_t, 1.0);
-    let (fro_32, _) = common::errors(&got, &ref_32, 1.0);
-    let (lim_t, lim_32) = if T::DTYPE == kbit::Dtype::F16 { (2f64.powi(-10), 2e-3) } else { (2f64.powi(-7), 1.2e-2) };
-    assert!(fro_t < lim_t, "{what}: relative Frobenius error vs exact weights {fro_t:e}");
-    assert!(fro_32 < lim_32, "{what}: relative Frobenius error vs f32 weights {fro_32:e}");
+    assert_matches(&what, &x, c.m, shape, &p, &y);
     // Same call again, no re-zeroing in between: identical bits.
     let (again, _) = run(ctx, &xd, c.m, &p.dev, opts);
     common::assert_bits_eq(&again, &y, &format!("{what}: repeated call"));
@@ -1119,4 +1125,131 @@ fn mma_gemm_rejects_bad_arguments() {
         reference::matmul_f64(&ctx.stream().clone_dtoh(&xq).unwrap(), 5, &q.w_t, Shape::new(33, 96).unwrap()).unwrap();
     let (fro, _) = common::errors(&got, &want, 1.0);
     assert!(fro < 2f64.powi(-7), "odd view: {fro:e}");
+}
+
+// ------------------------------------------------ warpgroup GEMM (sm_90a)
+
+/// The warpgroup GEMM's maps against the PTX definitions of the
+/// `wgmma.m64nNk16` fragments (A: each warp 16 rows as `mma.m16n8k16`'s A;
+/// D: each warp 16 rows, register `4j + e` at row `g + 8·(e / 2)`, column
+/// `8j + 2t + e % 2`): the A registers of a warpgroup cover its 64 weight
+/// columns × 16 k once, the accumulators its 64 columns × 128 activation
+/// rows once, and the stage's copy chunks land where the descriptor reads.
+#[test]
+fn wgmma_maps_cover_the_tiles_once() {
+    use kbit_format::wgmma as wg;
+    for wgroup in 0..2u32 {
+        let mut a_seen = vec![0u32; 64 * 16];
+        let mut d_seen = vec![0u32; 64 * 128];
+        for w in 0..4u32 {
+            let warp = 4 * wgroup + w;
+            for lane in 0..32u32 {
+                let (g, t) = (lane / 4, lane % 4);
+                for r in 0..4u32 {
+                    let (row, col) = mma_a(lane, r);
+                    let c = wg::a_col(warp, lane, r);
+                    assert_eq!(c, 64 * wgroup + 16 * w + row, "warp {warp} lane {lane} a{r}");
+                    assert_eq!(wg::a_k(lane, r), col);
+                    for e in 0..2 {
+                        a_seen[((c - 64 * wgroup) * 16 + wg::a_k(lane, r) + e) as usize] += 1;
+                    }
+                }
+                for i in 0..64u32 {
+                    let (j, e) = (i / 4, i % 4);
+                    let (row, col) = (16 * w + g + 8 * (e / 2), 8 * j + 2 * t + e % 2);
+                    assert_eq!(wg::d_col(warp, lane, i), 64 * wgroup + row, "warp {warp} lane {lane} d{i}");
+                    assert_eq!(wg::d_row(lane, i), col, "warp {warp} lane {lane} d{i}");
+                    d_seen[(row * 128 + col) as usize] += 1;
+                }
+            }
+        }
+        assert!(a_seen.iter().all(|&v| v == 1), "A registers cover warpgroup {wgroup}'s tile once");
+        assert!(d_seen.iter().all(|&v| v == 1), "accumulators cover warpgroup {wgroup}'s tile once");
+    }
+    // Chunk q of a stage: 16 bytes of row a_chunk_row(q) from column
+    // 8·a_chunk_col(q), stored at 16q, which is where a_offset puts them.
+    let mut rows = vec![0u32; (wg::TILE_M * 8) as usize];
+    for q in 0..wg::A_CHUNKS {
+        let (row, chunk) = (wg::a_chunk_row(q), wg::a_chunk_col(q));
+        assert_eq!(wg::a_offset(row, 8 * chunk), 16 * q);
+        assert_eq!(wg::a_offset(row, 8 * chunk + 7), 16 * q + 14);
+        rows[(row * 8 + chunk) as usize] += 1;
+    }
+    assert!(rows.iter().all(|&v| v == 1), "a stage's chunks cover 128 rows × 64 values once");
+    // Descriptor of k16 step s: core matrices (r8, 2s + h) at the start plus
+    // h·LBO + r8·SBO, as a_offset places them.
+    for step in 0..4 {
+        let d = wg::b_descriptor(0x1_0000, step);
+        let start = ((d & 0x3FFF) << 4) as u32;
+        let (lbo, sbo) = ((((d >> 16) & 0x3FFF) << 4) as u32, (((d >> 32) & 0x3FFF) << 4) as u32);
+        assert_eq!(d >> 62, 0, "no swizzle");
+        for r8 in 0..16 {
+            for h in 0..2 {
+                assert_eq!(start + h * lbo + r8 * sbo, 0x1_0000 + wg::a_offset(8 * r8, 16 * step + 8 * h));
+            }
+        }
+    }
+    for bits in 2..=5 {
+        assert!(wg::smem_bytes(bits) <= 227 * 1024, "k = {bits}: {} bytes", wg::smem_bytes(bits));
+        assert_eq!(wg::stages_offset(bits) % 128, 0);
+        assert!(wg::stage_bytes(bits) >= wg::A_BYTES + 16 * (wg::w_chunks(bits) + wg::S_CHUNKS));
+    }
+}
+
+/// `wgmma_gemm` (sm_90 only) against both references, NaN-poisoned outputs:
+/// M around the 128-row tile, the design shapes, N not a multiple of the
+/// 128-column tile, K % 64 == 32, k = 2..5, f16 and bf16; a repeated call
+/// gives the same bits, and `linear` forced to the tensor-core kernel takes
+/// it beyond M = 64. Elsewhere the call reports that it does not apply.
+#[test]
+fn wgmma_gemm_matches_the_f64_references() {
+    let Some(ctx) = common::gpu("wgmma_gemm_matches_the_f64_references") else { return };
+    let mut rng = common::rng("wgmma_gemm_matches_the_f64_references");
+    if !ctx.has_wgmma() {
+        let p = prepare::<f16>(&ctx, &mut rng, 64, 64, 4);
+        let x = ctx.stream().alloc_zeros::<f16>(64 * 64).unwrap();
+        let mut y = ctx.stream().alloc_zeros::<f16>(64 * 64).unwrap();
+        let e = ctx.wgmma_gemm(&x, 64, &p.dev, &mut y).unwrap_err();
+        assert!(matches!(e, Error::NotApplicable { .. }), "{e}");
+        eprintln!("SKIPPED (not sm_90): wgmma_gemm_matches_the_f64_references");
+        return;
+    }
+    let mut shapes: Vec<(usize, usize)> = common::SHAPES.iter().map(|&(_, k, n)| (k, n)).collect();
+    shapes.extend([(2080, 520), (96, 72), (32, 4100), (8192, 200), (160, 1)]);
+    const MS: [usize; 7] = [1, 65, 128, 129, 200, 300, 512];
+    let mut cases = 0;
+    for (i, &(k, n)) in shapes.iter().enumerate() {
+        for j in 0..2 {
+            let idx = 2 * i + j;
+            let (m, bits, bf) = (MS[idx % MS.len()], 2 + (idx % 4) as u32, (idx / 4) % 2 == 1);
+            let shape = Shape::new(n, k).unwrap();
+            macro_rules! one {
+                ($t:ty) => {{
+                    let p = prepare::<$t>(&ctx, &mut rng, k, n, bits);
+                    let x: Vec<$t> = common::uniform(&mut rng, m * k);
+                    let xd = ctx.stream().clone_htod(&x).unwrap();
+                    let mut y = ctx.stream().clone_htod(&vec![<$t>::NAN; m * n]).unwrap();
+                    ctx.wgmma_gemm(&xd, m, &p.dev, &mut y).unwrap();
+                    let got = ctx.stream().clone_dtoh(&y).unwrap();
+                    let what = format!("wgmma M {m} K {k} N {n} k={bits} {:?}", <$t as Element>::DTYPE);
+                    assert_matches(&what, &x, m, shape, &p, &got);
+                    let mut again = ctx.stream().clone_htod(&vec![<$t>::NAN; m * n]).unwrap();
+                    ctx.force_kernel(Some(kbit::Kernel::Mma)).unwrap();
+                    let ran = ctx.linear(&xd, m, &p.dev, &mut again);
+                    ctx.force_kernel(None).unwrap();
+                    if m > 64 {
+                        assert_eq!(ran.unwrap(), kbit::Kernel::Mma, "{what}");
+                        common::assert_bits_eq(&ctx.stream().clone_dtoh(&again).unwrap(), &got, &what);
+                    }
+                }};
+            }
+            if bf {
+                one!(bf16);
+            } else {
+                one!(f16);
+            }
+            cases += 1;
+        }
+    }
+    eprintln!("wgmma_gemm: {cases} cases match");
 }

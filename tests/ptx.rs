@@ -1,5 +1,5 @@
 //! The embedded PTX: every kernel the host expects is there, assembles with
-//! `ptxas` for sm_89 and sm_90 with 0 spill bytes and 0 stack frame, the
+//! `ptxas` for sm_89 and sm_90a with 0 spill bytes and 0 stack frame, the
 //! tensor-core and async-copy instructions are present, no panic path was
 //! compiled in, and on sm_90 every dense programmatic kernel requests memory
 //! before its grid-dependency wait. Prints a register table per kernel and
@@ -16,7 +16,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const ARCHS: [&str; 2] = ["sm_89", "sm_90"];
+/// The architectures of the modules the host loads: sm_89's, and sm_90's
+/// (`.target sm_90a`, with the warpgroup GEMM).
+const ARCHS: [&str; 2] = ["sm_89", "sm_90a"];
 
 /// A tool from the environment variable `var`, the `.tools/` path `local`
 /// (relative to the crate root), or `PATH`.
@@ -52,6 +54,7 @@ fn skip_without(tool: &str, test: &str) {
 fn assemble(ptxas: &Path, arch: &str, dir: &Path) -> String {
     let src = dir.join(format!("{arch}.ptx"));
     let cc = if arch == "sm_89" { (8, 9) } else { (9, 0) };
+    assert!(arch == "sm_89" || arch == "sm_90a", "no module for {arch}");
     std::fs::write(&src, kbit::module::ptx_for(cc).as_bytes()).unwrap();
     let out = Command::new(ptxas)
         .args(["-v", "--warn-on-spills", "-arch", arch, "-o"])
@@ -126,6 +129,23 @@ fn ptx_has_every_kernel_and_no_panic_path() {
         assert!(ptx.contains(insn), "instruction {insn} missing");
     }
     assert!(ptx.contains(".target sm_89"));
+    // The sm_90a entries are only in the module loaded on sm_90.
+    let sm90 = kbit::module::ptx_for((9, 0));
+    for name in kbit::module::names::all_wgmma() {
+        assert!(!ptx.contains(&format!(".entry {name}(")), "{name} in the sm_89 module");
+        assert!(sm90.contains(&format!(".entry {name}(")), "kernel {name} missing from the sm_90 module");
+    }
+    for insn in [
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16",
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16",
+        "wgmma.fence.sync.aligned",
+        "wgmma.commit_group.sync.aligned",
+        "wgmma.wait_group.sync.aligned",
+        "fence.proxy.async.shared::cta",
+    ] {
+        assert!(kbit::module::PTX_SM90A_ENTRIES.contains(insn), "instruction {insn} missing from the sm_90a entries");
+    }
+    assert!(sm90.contains(".target sm_90a") && sm90.contains(".version 8.0"));
 }
 
 /// Every GEMV and tensor-core GEMM entry (the kernels launched as
@@ -136,9 +156,10 @@ fn programmatic_kernels_wait_for_their_producers() {
     let ptx = kbit::module::PTX;
     let [(wait, wait_insn), (dependents, dependents_insn)] = kbit::module::GRID_DEPENDENCY_MARKERS;
     let mut checked = 0;
-    for body in ptx.split(".entry ").skip(1) {
+    let sm90a = kbit::module::PTX_SM90A_ENTRIES;
+    for body in ptx.split(".entry ").skip(1).chain(sm90a.split(".entry ").skip(1)) {
         let name = &body[..body.find('(').unwrap()];
-        let programmatic = name.contains("gemv") || name.starts_with("kbit_mma_");
+        let programmatic = name.contains("gemv") || name.starts_with("kbit_mma_") || name.starts_with("kbit_wgmma_");
         // A body ends where the next entry begins; markers only occur inside kernels.
         assert_eq!(body.contains(wait), programmatic, "{name}: grid-dependency wait");
         assert_eq!(body.contains(dependents), programmatic, "{name}: launch of dependents");
@@ -146,9 +167,12 @@ fn programmatic_kernels_wait_for_their_producers() {
     }
     assert!(checked > 200, "only {checked} programmatic kernels found");
     let sm90 = kbit::module::ptx_for((9, 0));
-    assert!(sm90.contains(".target sm_90") && !sm90.contains(".target sm_89"));
-    assert_eq!(sm90.matches(wait_insn).count(), ptx.matches(wait).count());
-    assert_eq!(sm90.matches(dependents_insn).count(), ptx.matches(dependents).count());
+    assert!(sm90.contains(".target sm_90a") && !sm90.contains(".target sm_89"));
+    assert_eq!(sm90.matches(wait_insn).count(), ptx.matches(wait).count() + sm90a.matches(wait).count());
+    let dependents_markers = ptx.matches(dependents).count() + sm90a.matches(dependents).count();
+    assert_eq!(sm90.matches(dependents_insn).count(), dependents_markers);
+    let later = kbit::module::ptx_for((10, 0));
+    assert!(later.contains(".target sm_90\n") && !later.contains(".entry kbit_wgmma_"));
     assert!(!sm90.contains("// kbit:"));
     assert_eq!(kbit::module::ptx_for((8, 9)), ptx);
 }
@@ -159,13 +183,16 @@ fn ptxas_sm89_sm90_no_spills_no_stack() {
         return skip_without("ptxas", "ptxas_sm89_sm90_no_spills_no_stack");
     };
     let dir = scratch("regs");
-    let expected = kbit::module::names::all();
-    let mut table: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    let mut table: BTreeMap<String, Vec<Option<u32>>> = BTreeMap::new();
     let mut bad = Vec::new();
-    for arch in ARCHS {
+    for (i, arch) in ARCHS.into_iter().enumerate() {
         // Each architecture gets the module the host loads on it.
         let log = assemble(&ptxas, arch, &dir);
         let props = parse(&log);
+        let mut expected = kbit::module::names::all();
+        if arch == "sm_90a" {
+            expected.extend(kbit::module::names::all_wgmma());
+        }
         for name in &expected {
             let p = props.get(name).unwrap_or_else(|| panic!("{arch}: ptxas did not report {name}"));
             if p.stack != 0 || p.spill_stores != 0 || p.spill_loads != 0 {
@@ -177,12 +204,13 @@ fn ptxas_sm89_sm90_no_spills_no_stack() {
             if name.contains("gemv_") && p.registers > 128 {
                 bad.push(format!("{arch} {name}: {} registers, 512-thread blocks need ≤ 128", p.registers));
             }
-            table.entry(name.clone()).or_default().push(p.registers);
+            table.entry(name.clone()).or_insert_with(|| vec![None; ARCHS.len()])[i] = Some(p.registers);
         }
     }
-    let mut s = String::from("\nkernel                                   regs sm_89  regs sm_90\n");
+    let mut s = String::from("\nkernel                                   regs sm_89  regs sm_90a\n");
+    let show = |r: Option<u32>| r.map_or("-".to_string(), |r| r.to_string());
     for (name, regs) in &table {
-        s += &format!("{name:<40} {:>10} {:>11}\n", regs[0], regs[1]);
+        s += &format!("{name:<40} {:>10} {:>12}\n", show(regs[0]), show(regs[1]));
     }
     s += &format!("{} kernels, 0 bytes stack frame and 0 bytes spills required on {ARCHS:?}\n", table.len());
     let _ = writeln!(std::io::stderr().lock(), "{s}");
@@ -226,8 +254,8 @@ fn dense_launches_read_before_their_wait() {
         return skip_without("ptxas or nvdisasm", "dense_launches_read_before_their_wait");
     };
     let dir = scratch("wait");
-    assemble(&ptxas, "sm_90", &dir);
-    let out = Command::new(&nvdisasm).arg("-c").arg(dir.join("sm_90.cubin")).output().expect("running nvdisasm");
+    assemble(&ptxas, "sm_90a", &dir);
+    let out = Command::new(&nvdisasm).arg("-c").arg(dir.join("sm_90a.cubin")).output().expect("running nvdisasm");
     assert!(out.status.success(), "nvdisasm failed: {}", String::from_utf8_lossy(&out.stderr));
     let code = functions(&String::from_utf8_lossy(&out.stdout));
     let _ = std::fs::remove_dir_all(&dir);

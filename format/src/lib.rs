@@ -30,6 +30,7 @@ pub mod nf;
 pub mod planes;
 pub mod quant;
 pub mod tile;
+pub mod wgmma;
 
 /// Values per quantization block (along K).
 pub const BLOCK: usize = 32;

@@ -1,0 +1,257 @@
+//! Wrappers of the sm_90a instructions of the warpgroup tensor-core GEMM
+//! (`wgmma`): asynchronous warpgroup MMA, its fences and groups, and the
+//! proxy fence that hands shared memory written by `cp.async` to it.
+//!
+//! Only entries of the sm_90a module use them (`kbit::module`): the
+//! sm_89 module leaves those entries out, so its PTX never contains these
+//! instructions.
+
+use core::arch::asm;
+
+/// `wgmma.fence.sync.aligned`: orders this warpgroup's earlier register
+/// writes (the A fragments, the accumulators) before the next
+/// `wgmma.mma_async` reads them. sm_90a.
+#[inline(always)]
+pub fn wgmma_fence() {
+    unsafe { asm!("wgmma.fence.sync.aligned;") }
+}
+
+/// `wgmma.commit_group.sync.aligned`: closes the group of the warpgroup's
+/// MMAs issued since the last commit. sm_90a.
+#[inline(always)]
+pub fn wgmma_commit() {
+    unsafe { asm!("wgmma.commit_group.sync.aligned;") }
+}
+
+/// `wgmma.wait_group.sync.aligned N`: waits until at most `N` groups are
+/// pending; their accumulators and A registers are then free. sm_90a.
+#[inline(always)]
+pub fn wgmma_wait<const N: u32>() {
+    unsafe { asm!("wgmma.wait_group.sync.aligned {n};", n = const N) }
+}
+
+/// `fence.proxy.async.shared::cta`: makes this thread's completed
+/// shared-memory writes (`cp.async` copies) visible to the async proxy that
+/// `wgmma` reads its descriptors' operands through. sm_90.
+#[inline(always)]
+pub fn fence_proxy_async_shared() {
+    unsafe { asm!("fence.proxy.async.shared::cta;") }
+}
+
+/// `wgmma.wait_group.sync.aligned 0` that names the group's registers: the
+/// accumulators `d` as read and written, the A registers `a` as read. To
+/// the compilers the MMAs' results then appear here, and their A
+/// registers stay live until here, so no instruction reads `d` or reuses
+/// the A registers while the MMAs run. sm_90a.
+#[inline(always)]
+pub fn wgmma_wait_all(d: &mut [f32; 64], a: &[[u32; 4]; 4]) {
+    unsafe {
+        asm!(
+            "wgmma.wait_group.sync.aligned 0;",
+            "// {0} {1} {2} {3} {4} {5} {6} {7} {8} {9} {10} {11} {12} {13} {14} {15} {16} {17} {18} {19} {20} {21} {22} {23} {24} {25} {26} {27} {28} {29} {30} {31} {32} {33} {34} {35} {36} {37} {38} {39} {40} {41} {42} {43} {44} {45} {46} {47} {48} {49} {50} {51} {52} {53} {54} {55} {56} {57} {58} {59} {60} {61} {62} {63} {64} {65} {66} {67} {68} {69} {70} {71} {72} {73} {74} {75} {76} {77} {78} {79}",
+            inout(reg32) d[0],
+            inout(reg32) d[1],
+            inout(reg32) d[2],
+            inout(reg32) d[3],
+            inout(reg32) d[4],
+            inout(reg32) d[5],
+            inout(reg32) d[6],
+            inout(reg32) d[7],
+            inout(reg32) d[8],
+            inout(reg32) d[9],
+            inout(reg32) d[10],
+            inout(reg32) d[11],
+            inout(reg32) d[12],
+            inout(reg32) d[13],
+            inout(reg32) d[14],
+            inout(reg32) d[15],
+            inout(reg32) d[16],
+            inout(reg32) d[17],
+            inout(reg32) d[18],
+            inout(reg32) d[19],
+            inout(reg32) d[20],
+            inout(reg32) d[21],
+            inout(reg32) d[22],
+            inout(reg32) d[23],
+            inout(reg32) d[24],
+            inout(reg32) d[25],
+            inout(reg32) d[26],
+            inout(reg32) d[27],
+            inout(reg32) d[28],
+            inout(reg32) d[29],
+            inout(reg32) d[30],
+            inout(reg32) d[31],
+            inout(reg32) d[32],
+            inout(reg32) d[33],
+            inout(reg32) d[34],
+            inout(reg32) d[35],
+            inout(reg32) d[36],
+            inout(reg32) d[37],
+            inout(reg32) d[38],
+            inout(reg32) d[39],
+            inout(reg32) d[40],
+            inout(reg32) d[41],
+            inout(reg32) d[42],
+            inout(reg32) d[43],
+            inout(reg32) d[44],
+            inout(reg32) d[45],
+            inout(reg32) d[46],
+            inout(reg32) d[47],
+            inout(reg32) d[48],
+            inout(reg32) d[49],
+            inout(reg32) d[50],
+            inout(reg32) d[51],
+            inout(reg32) d[52],
+            inout(reg32) d[53],
+            inout(reg32) d[54],
+            inout(reg32) d[55],
+            inout(reg32) d[56],
+            inout(reg32) d[57],
+            inout(reg32) d[58],
+            inout(reg32) d[59],
+            inout(reg32) d[60],
+            inout(reg32) d[61],
+            inout(reg32) d[62],
+            inout(reg32) d[63],
+            in(reg32) a[0][0],
+            in(reg32) a[0][1],
+            in(reg32) a[0][2],
+            in(reg32) a[0][3],
+            in(reg32) a[1][0],
+            in(reg32) a[1][1],
+            in(reg32) a[1][2],
+            in(reg32) a[1][3],
+            in(reg32) a[2][0],
+            in(reg32) a[2][1],
+            in(reg32) a[2][2],
+            in(reg32) a[2][3],
+            in(reg32) a[3][0],
+            in(reg32) a[3][1],
+            in(reg32) a[3][2],
+            in(reg32) a[3][3],
+        )
+    }
+}
+
+/// One K tile (four k16 steps) of `wgmma.mma_async.sync.aligned.m64n128k16.f32.<T>.<T>`
+/// with A in registers, as one group: `wgmma.fence`, D[64×128] += A_s[64×16] ·
+/// B_s[16×128] for s = 0..4, `wgmma.commit_group`. f32 accumulators; B_s
+/// read from shared memory through the descriptor `b[s]` (K-major, not
+/// transposed). One `asm` block, so that no other instruction defines an
+/// operand between the MMAs (ptxas would serialize them). Asynchronous: `a`
+/// and `d` are not to be touched until [`wgmma_wait_all`]. sm_90a.
+macro_rules! wgmma_m64n128k64 {
+    ($name:ident, $ty:literal) => {
+        #[doc = concat!("Four `wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty, "` as one group (see the macro's notes). sm_90a.")]
+        #[inline(always)]
+        pub fn $name(d: &mut [f32; 64], a: &[[u32; 4]; 4], b: [u64; 4]) {
+            unsafe {
+                asm!(
+                    "{{ .reg .pred p; setp.ne.b32 p, {84}, 0;",
+                    "wgmma.fence.sync.aligned;",
+                    concat!("wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty),
+                    "{{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}},",
+                    "{{{64}, {65}, {66}, {67}}}, {80}, p, 1, 1, 0;",
+                    concat!("wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty),
+                    "{{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}},",
+                    "{{{68}, {69}, {70}, {71}}}, {81}, p, 1, 1, 0;",
+                    concat!("wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty),
+                    "{{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}},",
+                    "{{{72}, {73}, {74}, {75}}}, {82}, p, 1, 1, 0;",
+                    concat!("wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty),
+                    "{{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}},",
+                    "{{{76}, {77}, {78}, {79}}}, {83}, p, 1, 1, 0;",
+                    "wgmma.commit_group.sync.aligned; }}",
+                    inout(reg32) d[0],
+                    inout(reg32) d[1],
+                    inout(reg32) d[2],
+                    inout(reg32) d[3],
+                    inout(reg32) d[4],
+                    inout(reg32) d[5],
+                    inout(reg32) d[6],
+                    inout(reg32) d[7],
+                    inout(reg32) d[8],
+                    inout(reg32) d[9],
+                    inout(reg32) d[10],
+                    inout(reg32) d[11],
+                    inout(reg32) d[12],
+                    inout(reg32) d[13],
+                    inout(reg32) d[14],
+                    inout(reg32) d[15],
+                    inout(reg32) d[16],
+                    inout(reg32) d[17],
+                    inout(reg32) d[18],
+                    inout(reg32) d[19],
+                    inout(reg32) d[20],
+                    inout(reg32) d[21],
+                    inout(reg32) d[22],
+                    inout(reg32) d[23],
+                    inout(reg32) d[24],
+                    inout(reg32) d[25],
+                    inout(reg32) d[26],
+                    inout(reg32) d[27],
+                    inout(reg32) d[28],
+                    inout(reg32) d[29],
+                    inout(reg32) d[30],
+                    inout(reg32) d[31],
+                    inout(reg32) d[32],
+                    inout(reg32) d[33],
+                    inout(reg32) d[34],
+                    inout(reg32) d[35],
+                    inout(reg32) d[36],
+                    inout(reg32) d[37],
+                    inout(reg32) d[38],
+                    inout(reg32) d[39],
+                    inout(reg32) d[40],
+                    inout(reg32) d[41],
+                    inout(reg32) d[42],
+                    inout(reg32) d[43],
+                    inout(reg32) d[44],
+                    inout(reg32) d[45],
+                    inout(reg32) d[46],
+                    inout(reg32) d[47],
+                    inout(reg32) d[48],
+                    inout(reg32) d[49],
+                    inout(reg32) d[50],
+                    inout(reg32) d[51],
+                    inout(reg32) d[52],
+                    inout(reg32) d[53],
+                    inout(reg32) d[54],
+                    inout(reg32) d[55],
+                    inout(reg32) d[56],
+                    inout(reg32) d[57],
+                    inout(reg32) d[58],
+                    inout(reg32) d[59],
+                    inout(reg32) d[60],
+                    inout(reg32) d[61],
+                    inout(reg32) d[62],
+                    inout(reg32) d[63],
+                    in(reg32) a[0][0],
+                    in(reg32) a[0][1],
+                    in(reg32) a[0][2],
+                    in(reg32) a[0][3],
+                    in(reg32) a[1][0],
+                    in(reg32) a[1][1],
+                    in(reg32) a[1][2],
+                    in(reg32) a[1][3],
+                    in(reg32) a[2][0],
+                    in(reg32) a[2][1],
+                    in(reg32) a[2][2],
+                    in(reg32) a[2][3],
+                    in(reg32) a[3][0],
+                    in(reg32) a[3][1],
+                    in(reg32) a[3][2],
+                    in(reg32) a[3][3],
+                    in(reg64) b[0],
+                    in(reg64) b[1],
+                    in(reg64) b[2],
+                    in(reg64) b[3],
+                    in(reg32) 1u32,
+                )
+            }
+        }
+    };
+}
+
+wgmma_m64n128k64!(wgmma_m64n128k64_f16, "f16");
+wgmma_m64n128k64!(wgmma_m64n128k64_bf16, "bf16");
