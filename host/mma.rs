@@ -235,6 +235,26 @@ impl Context {
 }
 
 impl Context {
+    /// The checks the tensor-core GEMMs share: `x` holds `m·K` elements and
+    /// starts on 16 bytes, `y` holds `m·N`. Returns the activation pointer
+    /// and the weight's (planes, scales, codebook) pointers.
+    pub(crate) fn gemm_operands<T>(
+        &self,
+        x: &impl DevicePtr<T>,
+        m: usize,
+        w: &KbitWeight,
+        y_len: usize,
+    ) -> Result<(u64, [u64; 3])> {
+        let shape = w.shape();
+        check_len("activations", m * shape.k, x.len())?;
+        check_len("output", m * shape.n, y_len)?;
+        let xp = dptr(x, self);
+        if xp % 16 != 0 {
+            return Err(Error::Alignment { what: "activations", align: 16 });
+        }
+        Ok((xp, [dptr(&w.packed, self), dptr(&w.scales, self), dptr(&w.cb, self)]))
+    }
+
     /// `y[m, N] = x[m, K] · Wᵀ` on the tensor cores (kernel 2), for
     /// `m` in 1..=64, f16 or bf16 `x` and `y` (row-major, contiguous), with
     /// split-K chosen for this GPU. Asynchronous; allocates nothing.
@@ -283,17 +303,10 @@ impl Context {
         opts: MmaOptions,
     ) -> Result<Plan> {
         let plan = self.mma_plan(T::DTYPE, m, w, opts)?;
-        let shape = w.shape();
-        check_len("activations", m * shape.k, x.len())?;
-        check_len("output", m * shape.n, y.len())?;
-        let xp = dptr(x, self);
-        if xp % 16 != 0 {
-            return Err(Error::Alignment { what: "activations", align: 16 });
-        }
+        let (xp, weight) = self.gemm_operands(x, m, w, y.len())?;
         let (yp, _guard) = y.device_ptr_mut(self.stream());
         let slot = mma_slot(w.bits(), plan.tile.m_blocks, plan.tile.tile_n, T::DTYPE, plan.stream)
             .expect("planned instance exists");
-        let weight = [dptr(&w.packed, self), dptr(&w.scales, self), dptr(&w.cb, self)];
         let params = MmaParams::new(self, &plan, xp, weight, yp);
         unsafe { self.launch_mma(slot, &plan, 1, &params, &[]) }?;
         Ok(plan)

@@ -4,10 +4,8 @@
 //! the A operand of `wgmma.m64n128k16`; blocks of 128 activation rows × 128
 //! output columns, one per (row tile, column tile), no split-K.
 
-use crate::device::dptr;
 use crate::launch::{self, args};
 use crate::linear::Kernel;
-use crate::weight::check_len;
 use crate::{Context, Dtype, Element, Error, KbitWeight, Result};
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
 use kbit_format::wgmma as geo;
@@ -72,14 +70,8 @@ impl Context {
             return Err(Error::Rows { m, max });
         }
         let shape = w.shape();
-        check_len("activations", m * shape.k, x.len())?;
-        check_len("output", m * shape.n, y.len())?;
-        let xp = dptr(x, self);
-        if xp % 16 != 0 {
-            return Err(Error::Alignment { what: "activations", align: 16 });
-        }
+        let (xp, [packed, scales, cb]) = self.gemm_operands(x, m, w, y.len())?;
         let (yp, _guard) = y.device_ptr_mut(self.stream());
-        let [packed, scales, cb] = [dptr(&w.packed, self), dptr(&w.scales, self), dptr(&w.cb, self)];
         let (mu, n, k) = (m as u32, shape.n as u32, shape.k as u32);
         let grid = (mu.div_ceil(geo::TILE_M), n.div_ceil(geo::TILE_N), 1);
         let (f, per_sm) = &self.kernels.wgmma[slot(w.bits(), T::DTYPE)];
