@@ -5,7 +5,8 @@
 //! The kernel computes `yᵀ = W · xᵀ`: the weight is the A operand of
 //! `wgmma.m64n128k16` (64 weight columns per warpgroup, dequantized into
 //! registers), the activations the B operand (128 rows of x, from shared
-//! memory through a descriptor).
+//! memory through a descriptor). Two consumer warpgroups decode and
+//! multiply; a producer warpgroup fills the pipeline.
 //!
 //! ```
 //! use kbit_format::wgmma as geo;
@@ -17,8 +18,14 @@
 
 use crate::mma::table_bytes;
 
-/// Threads per block: two warpgroups.
-pub const THREADS: u32 = 256;
+/// Threads of the two consumer warpgroups (warps 0..8): they decode the
+/// weights and issue the MMAs.
+pub const CONSUMERS: u32 = 256;
+/// Threads of the producer warpgroup (warps 8..12): they issue the
+/// `cp.async` copies of the pipeline.
+pub const PRODUCERS: u32 = 128;
+/// Threads per block: two consumer warpgroups and one producer.
+pub const THREADS: u32 = CONSUMERS + PRODUCERS;
 /// Activation rows per block (the `n` of `m64n128k16`).
 pub const TILE_M: u32 = 128;
 /// Weight columns (outputs) per block: 64 per warpgroup.
@@ -60,10 +67,18 @@ pub const fn stages_offset(bits: u32) -> u32 {
     table_bytes(bits, 1).div_ceil(128) * 128
 }
 
+/// Offset of the pipeline's barrier objects, after the stages: stage s
+/// has a "full" barrier at `8·s` (its copies have landed) and an "empty"
+/// one at `8·(STAGES + s)` (its consumers are done with it).
+#[inline(always)]
+pub const fn barriers_offset(bits: u32) -> u32 {
+    stages_offset(bits) + STAGES * stage_bytes(bits)
+}
+
 /// Dynamic shared memory of a block.
 #[inline(always)]
 pub const fn smem_bytes(bits: u32) -> u32 {
-    stages_offset(bits) + STAGES * stage_bytes(bits)
+    barriers_offset(bits) + 16 * STAGES
 }
 
 /// Activation row of chunk `q` (0..[`A_CHUNKS`]) of a stage.

@@ -23,13 +23,6 @@ pub fn wgmma_commit() {
     unsafe { asm!("wgmma.commit_group.sync.aligned;") }
 }
 
-/// `wgmma.wait_group.sync.aligned N`: waits until at most `N` groups are
-/// pending; their accumulators and A registers are then free. sm_90a.
-#[inline(always)]
-pub fn wgmma_wait<const N: u32>() {
-    unsafe { asm!("wgmma.wait_group.sync.aligned {n};", n = const N) }
-}
-
 /// `fence.proxy.async.shared::cta`: makes this thread's completed
 /// shared-memory writes (`cp.async` copies) visible to the async proxy that
 /// `wgmma` reads its descriptors' operands through. sm_90.
@@ -59,18 +52,30 @@ macro_rules! tile_asm {
     };
 }
 
-/// `wgmma.wait_group.sync.aligned 0` that names the group's registers: the
-/// accumulators `d` as read and written, the A registers `a` as read. To
-/// the compilers the MMAs' results then appear here, and their A
-/// registers stay live until here, so no instruction reads `d` or reuses
-/// the A registers while the MMAs run. sm_90a.
+/// The operand names `{0}` … `{79}` of [`tile_asm!`] in a PTX comment, so
+/// that a wait names every register of the group it retires.
+macro_rules! named_operands {
+    () => {
+        "// {0} {1} {2} {3} {4} {5} {6} {7} {8} {9} {10} {11} {12} {13} {14} {15} {16} {17} {18} {19} {20} {21} {22} {23} {24} {25} {26} {27} {28} {29} {30} {31} {32} {33} {34} {35} {36} {37} {38} {39} {40} {41} {42} {43} {44} {45} {46} {47} {48} {49} {50} {51} {52} {53} {54} {55} {56} {57} {58} {59} {60} {61} {62} {63} {64} {65} {66} {67} {68} {69} {70} {71} {72} {73} {74} {75} {76} {77} {78} {79}"
+    };
+}
+
+/// `wgmma.wait_group.sync.aligned N` that names the registers of the group
+/// it retires (the oldest pending one when N = 1, every one when N = 0):
+/// the accumulators `d` as read and written, that group's A registers `a`
+/// as read. To the compilers the MMAs' results then appear here, and their
+/// A registers stay live until here, so no instruction reads `d` outside a
+/// wait or reuses those A registers while their MMAs run. With N = 1 the
+/// group issued last keeps running (it accumulates into the same `d`,
+/// which the hardware orders). sm_90a.
 #[inline(always)]
-pub fn wgmma_wait_all(d: &mut [f32; 64], a: &[[u32; 4]; 4]) {
+pub fn wgmma_wait<const N: u32>(d: &mut [f32; 64], a: &[[u32; 4]; 4]) {
     unsafe {
         tile_asm!(
             d, a;
-            "wgmma.wait_group.sync.aligned 0;",
-            "// {0} {1} {2} {3} {4} {5} {6} {7} {8} {9} {10} {11} {12} {13} {14} {15} {16} {17} {18} {19} {20} {21} {22} {23} {24} {25} {26} {27} {28} {29} {30} {31} {32} {33} {34} {35} {36} {37} {38} {39} {40} {41} {42} {43} {44} {45} {46} {47} {48} {49} {50} {51} {52} {53} {54} {55} {56} {57} {58} {59} {60} {61} {62} {63} {64} {65} {66} {67} {68} {69} {70} {71} {72} {73} {74} {75} {76} {77} {78} {79}";
+            "wgmma.wait_group.sync.aligned {n};",
+            named_operands!();
+            n = const N,
         )
     }
 }
@@ -118,3 +123,59 @@ macro_rules! wgmma_m64n128k64 {
 
 wgmma_m64n128k64!(wgmma_m64n128k64_f16, "f16");
 wgmma_m64n128k64!(wgmma_m64n128k64_bf16, "bf16");
+
+/// `mbarrier.init.shared.b64 [bar], count`: a barrier object at shared
+/// address `bar` (8-aligned) whose phases complete after `count` arrivals.
+/// Publish it to the block (a block barrier) before anyone else uses it.
+/// sm_80.
+///
+/// # Safety
+/// `bar` is 8 bytes of shared memory that no one else uses meanwhile.
+#[inline(always)]
+pub unsafe fn mbarrier_init(bar: u32, count: u32) {
+    unsafe { asm!("mbarrier.init.shared.b64 [{b}], {n};", b = in(reg32) bar, n = in(reg32) count) }
+}
+
+/// `mbarrier.arrive.shared.b64`: one arrival on the barrier at `bar`, with
+/// release semantics (this thread's earlier memory accesses happen before
+/// the phase completes). sm_80.
+///
+/// # Safety
+/// `bar` is an initialized barrier object.
+#[inline(always)]
+pub unsafe fn mbarrier_arrive(bar: u32) {
+    unsafe { asm!("{{ .reg .b64 s; mbarrier.arrive.shared.b64 s, [{b}]; }}", b = in(reg32) bar) }
+}
+
+/// `cp.async.mbarrier.arrive.noinc.shared.b64`: one arrival on the barrier
+/// at `bar` once every `cp.async` this thread issued before has landed
+/// (counted in the barrier's arrivals, not added to them). sm_80.
+///
+/// # Safety
+/// `bar` is an initialized barrier object.
+#[inline(always)]
+pub unsafe fn cp_async_mbarrier_arrive(bar: u32) {
+    unsafe { asm!("cp.async.mbarrier.arrive.noinc.shared.b64 [{b}];", b = in(reg32) bar) }
+}
+
+/// Waits (`mbarrier.try_wait.parity`, acquire) until the phase of parity
+/// `parity` of the barrier at `bar` has completed: phase n of a barrier has
+/// parity n % 2, and a wait for a phase returns once it is over. sm_90.
+///
+/// # Safety
+/// `bar` is an initialized barrier object.
+#[inline(always)]
+pub unsafe fn mbarrier_wait(bar: u32, parity: u32) {
+    loop {
+        let done: u32;
+        unsafe {
+            asm!(
+                "{{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [{b}], {ph}; selp.u32 {d}, 1, 0, p; }}",
+                b = in(reg32) bar, ph = in(reg32) parity, d = out(reg32) done,
+            )
+        };
+        if done != 0 {
+            break;
+        }
+    }
+}

@@ -5,9 +5,9 @@
 //!
 //! # Block tile and thread maps (`kbit_format::wgmma`)
 //!
-//! 256 threads = two warpgroups; block (bx, by) computes activation rows
-//! `128·bx ..` (rows past M zero-filled, never stored) × weight columns
-//! `128·by ..`. Warpgroup j owns columns `64j .. 64j + 63` of the tile, warp
+//! Block (bx, by) computes activation rows `128·bx ..` (rows past M
+//! zero-filled, never stored) × weight columns `128·by ..` with two
+//! consumer warpgroups (threads 0..256). Warpgroup j owns columns `64j .. 64j + 63` of the tile, warp
 //! w (0..4 in the warpgroup) 16 of them, and lane (g = l / 4, t = l % 4)
 //! holds, per k16 step, the A registers of columns `16w + g` (a0, a2) and
 //! `16w + g + 8` (a1, a3), elements `2t, 2t + 1` (a0, a1) and `2t + 8, 2t +
@@ -19,18 +19,22 @@
 //!
 //! # Pipeline
 //!
-//! [`STAGES`](geo::STAGES) stages of one K tile each, filled by `cp.async`
-//! from all 256 threads: the tile's 128 × 64 activations in the no-swizzle
-//! K-major layout of the B descriptor ([`geo::a_offset`]), the contiguous
-//! span of the 128 columns' planes and their scale bytes (both fetched from
-//! the 16-byte boundary below their start; bytes past the arrays
-//! zero-filled). Per K tile: wait for the stage and the next
-//! one (`cp.async.wait_group S − 3`), hand them to the async proxy
-//! (`fence.proxy.async`), barrier, issue the copies of the stage S − 1
-//! tiles ahead, then issue the tile's four `wgmma`s with the A registers
-//! decoded during the previous tile, decode the next tile's A registers
-//! from its stage while they run, and wait for them (the next barrier then
-//! frees their stage for the copies).
+//! 384 threads: the two consumer warpgroups above and a producer warpgroup
+//! (warps 8..12). [`STAGES`](geo::STAGES) stages of one K tile each, with a
+//! "full" and an "empty" `mbarrier` per stage. The producers fill a stage
+//! by `cp.async` as soon as it is empty: the tile's 128 × 64 activations in
+//! the no-swizzle K-major layout of the B descriptor ([`geo::a_offset`]),
+//! the contiguous span of the 128 columns' planes and their scale bytes
+//! (both fetched from the 16-byte boundary below their start; bytes past
+//! the arrays zero-filled); each producer's copies arrive on the full
+//! barrier when they land. Per K tile kt a consumer warp issues its four
+//! `wgmma`s (A registers decoded during the previous tile) behind those of
+//! tile kt − 1, retires kt − 1's (`wgmma.wait_group 1`) and marks that
+//! stage empty, waits for tile kt + 1's stage to be full, hands it to the
+//! async proxy (`fence.proxy.async`) and decodes it into the register set
+//! kt − 1 used, while kt's MMAs run. The copy issue, with its long-latency
+//! register operands, never sits between a consumer's MMAs, and the two
+//! consumer warpgroups never wait for each other.
 
 use crate::fragment::{self, MmaElem};
 use crate::ptx;
@@ -92,39 +96,92 @@ impl Spans {
     }
 }
 
-/// Issues the copies of K tile `kt` into the stage at `st`: 4 activation
-/// chunks per thread, then the plane and scale chunks spread over the
-/// threads (chunk i of the stage's weight part: planes for i <
-/// `w_chunks`, scales after). Every copy reads at most the bytes left in
-/// its array and zero-fills the rest.
-#[inline(always)]
-unsafe fn issue<const K: usize>(a: &Args, m0: u32, n0: u32, kt: u32, st: u32, tid: u32) {
-    let kb = K as u32;
-    for r in 0..(geo::A_CHUNKS / geo::THREADS) {
-        let q = tid + geo::THREADS * r;
-        let row = m0 + geo::a_chunk_row(q);
-        let kc = 64 * kt + 8 * geo::a_chunk_col(q);
-        let ok = row < a.m && kc < a.k;
-        let at = if ok { row as u64 * a.k as u64 + kc as u64 } else { 0 };
-        unsafe { ptx::cp_async_16_zfill(st + 16 * q, a.x.add(at as usize).cast(), if ok { 16 } else { 0 }) };
+/// Activation chunks each producer thread copies per stage.
+const A_ROUNDS: usize = (geo::A_CHUNKS / geo::PRODUCERS) as usize;
+
+/// Per-thread constants of the copy issue. Producer thread `p` copies
+/// activation chunks `q = p + PRODUCERS·r` (r = 0..[`A_ROUNDS`]): all in K
+/// chunk `(p / 8) % 8` of the tile (PRODUCERS is a multiple of 64), rows
+/// `8·(p / 64) + p % 8 + 16·r` (see [`geo::a_chunk_row`]), so only the
+/// tile's offset along K changes from tile to tile.
+struct Copier {
+    /// Chunk r's source in K tile 0, its row clamped into the matrix.
+    x: [*const u16; A_ROUNDS],
+    /// Bit r: chunk r's row is inside the matrix (else it is zero-filled).
+    rows: u32,
+    /// The thread's K element within a tile (a multiple of 8).
+    k_in_tile: u32,
+    /// Bytes of the plane and scale arrays.
+    w_total: u64,
+    s_total: u64,
+}
+
+impl Copier {
+    #[inline(always)]
+    fn new<const K: usize>(a: &Args, m0: u32, p: u32) -> Copier {
+        const { assert!(geo::PRODUCERS % 64 == 0 && geo::A_CHUNKS % geo::PRODUCERS == 0) };
+        let k_in_tile = 8 * geo::a_chunk_col(p);
+        let mut x = [a.x; A_ROUNDS];
+        let mut rows = 0;
+        for (r, xr) in x.iter_mut().enumerate() {
+            let row = m0 + geo::a_chunk_row(p + geo::PRODUCERS * r as u32);
+            rows |= ((row < a.m) as u32) << r;
+            let row = row.min(a.m - 1);
+            *xr = a.x.wrapping_add(row as usize * a.k as usize + k_in_tile as usize);
+        }
+        let k_tiles = a.k.div_ceil(64) as u64;
+        Copier { x, rows, k_in_tile, w_total: k_tiles * a.n as u64 * 8 * K as u64, s_total: k_tiles * a.n as u64 * 2 }
     }
-    let sp = Spans::of::<K>(kt, a.n, n0);
-    let k_tiles = a.k.div_ceil(64) as u64;
-    let w_total = k_tiles * a.n as u64 * 8 * kb as u64;
-    let s_total = k_tiles * a.n as u64 * 2;
-    let wc = geo::w_chunks(kb);
-    let chunks = wc + geo::S_CHUNKS;
-    for r in 0..chunks.div_ceil(geo::THREADS) {
-        let i = tid + geo::THREADS * r;
-        if i < chunks {
-            let (base, total, at): (*const u8, u64, u64) = if i < wc {
-                (a.packed.cast(), w_total, sp.w16 + 16 * i as u64)
+
+    /// Issues producer thread `p`'s copies of K tile `kt` into the stage at
+    /// `st`: its activation chunks, then the plane and scale chunks spread
+    /// over the producers (chunk i of the stage's weight part: planes for i
+    /// < `w_chunks`, scales after). Chunks past the matrix's rows or K are
+    /// zero-filled; a span that reaches the end of its array (the last
+    /// tile of the last column block) is copied chunk by chunk with the
+    /// bytes left, the rest zero-filled.
+    #[inline(always)]
+    unsafe fn issue<const K: usize>(&self, a: &Args, n0: u32, kt: u32, st: u32, p: u32) {
+        let in_k = 64 * kt + self.k_in_tile < a.k;
+        let (off, size) = if in_k { (64 * kt as usize, 16) } else { (0, 0) };
+        for (r, xr) in self.x.iter().enumerate() {
+            let size = if self.rows >> r & 1 != 0 { size } else { 0 };
+            let dst = st + 16 * (p + geo::PRODUCERS * r as u32);
+            unsafe { ptx::cp_async_16_zfill(dst, xr.wrapping_add(off).cast(), size) };
+        }
+        let sp = Spans::of::<K>(kt, a.n, n0);
+        let wc = geo::w_chunks(K as u32);
+        let chunks = wc + geo::S_CHUNKS;
+        let dst = st + geo::A_BYTES;
+        let inside = sp.w16 + 16 * wc as u64 <= self.w_total && sp.s16 + 16 * geo::S_CHUNKS as u64 <= self.s_total;
+        let packed: *const u8 = a.packed.cast();
+        // Chunk i's array, its size and its offset in it.
+        let chunk = |i: u32| {
+            if i < wc {
+                (packed, self.w_total, sp.w16 + 16 * i as u64)
             } else {
-                (a.scales, s_total, sp.s16 + 16 * (i - wc) as u64)
-            };
-            let left = total.saturating_sub(at).min(16) as u32;
-            let at = if left > 0 { at } else { 0 };
-            unsafe { ptx::cp_async_16_zfill(st + geo::A_BYTES + 16 * i, base.add(at as usize), left) };
+                (a.scales, self.s_total, sp.s16 + 16 * (i - wc) as u64)
+            }
+        };
+        // A block-uniform branch: plain copies inside the arrays.
+        if inside {
+            for r in 0..chunks.div_ceil(geo::PRODUCERS) {
+                let i = p + geo::PRODUCERS * r;
+                if i < chunks {
+                    let (base, _, at) = chunk(i);
+                    unsafe { ptx::cp_async_16(dst + 16 * i, base.add(at as usize)) };
+                }
+            }
+        } else {
+            for r in 0..chunks.div_ceil(geo::PRODUCERS) {
+                let i = p + geo::PRODUCERS * r;
+                if i < chunks {
+                    let (base, total, at) = chunk(i);
+                    let left = total.saturating_sub(at).min(16) as u32;
+                    let at = if left > 0 { at } else { 0 };
+                    unsafe { ptx::cp_async_16_zfill(dst + 16 * i, base.add(at as usize), left) };
+                }
+            }
         }
     }
 }
@@ -171,13 +228,19 @@ unsafe fn decode<const K: usize, T: MmaElem>(st: u32, sp: Spans, tbl: u32, ln: &
 pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
     let kb = K as u32;
     let tid = ptx::tid();
-    let (warp, lane) = (tid / 32, tid % 32);
     let m0 = geo::TILE_M * ptx::bid();
     let n0 = geo::TILE_N * ptx::bid_y();
     let tbl = ptx::smem_base();
     let st0 = tbl + geo::stages_offset(kb);
     let stb = geo::stage_bytes(kb);
     let stage = |kt: u32| st0 + (kt % geo::STAGES) * stb;
+    let bars = tbl + geo::barriers_offset(kb);
+    // Tile kt's stage is full once its copies have landed, and empty once
+    // both consumer warpgroups are done with it; use u = kt / STAGES of a
+    // stage is phase u of its two barriers.
+    let full = |kt: u32| bars + 8 * (kt % geo::STAGES);
+    let empty = |kt: u32| bars + 8 * (geo::STAGES + kt % geo::STAGES);
+    let phase = |kt: u32| (kt / geo::STAGES) & 1;
     let k_tiles = a.k.div_ceil(64);
     // Step `i` of the block's walk computes K tile `(i + by) mod k_tiles`:
     // the column blocks of a row tile, which read the same activations,
@@ -185,59 +248,79 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
     let first = ptx::bid_y() % k_tiles.max(1);
     let tile = |i: u32| if i + first >= k_tiles { i + first - k_tiles } else { i + first };
 
-    let table = unsafe { fragment::load_table::<K, 1>(a.cb, tid) };
-    unsafe { fragment::store_table::<K, 1, T>(tbl, &table, tid) };
+    if tid < geo::CONSUMERS {
+        let table = unsafe { fragment::load_table::<K, 1>(a.cb, tid) };
+        unsafe { fragment::store_table::<K, 1, T>(tbl, &table, tid) };
+    } else if tid == geo::CONSUMERS {
+        for s in 0..geo::STAGES {
+            unsafe { ptx90a::mbarrier_init(full(s), geo::PRODUCERS) };
+            unsafe { ptx90a::mbarrier_init(empty(s), geo::CONSUMERS / 32) };
+        }
+    }
     // Activations and outputs come after the wait.
     ptx::after_producers();
-    for kt in 0..geo::STAGES - 1 {
-        if kt < k_tiles {
-            unsafe { issue::<K>(a, m0, n0, tile(kt), stage(kt), tid) };
+    // Publishes the table and the barrier objects.
+    ptx::bar_sync();
+
+    if tid >= geo::CONSUMERS {
+        // The producer warpgroup: each tile's copies as soon as its stage
+        // is empty (the first STAGES tiles at once), each thread's copies
+        // counted on the stage's full barrier when they land.
+        let p = tid - geo::CONSUMERS;
+        let cp = Copier::new::<K>(a, m0, p);
+        for kt in 0..k_tiles {
+            if kt >= geo::STAGES {
+                unsafe { ptx90a::mbarrier_wait(empty(kt), phase(kt) ^ 1) };
+            }
+            unsafe { cp.issue::<K>(a, n0, tile(kt), stage(kt), p) };
+            unsafe { ptx90a::cp_async_mbarrier_arrive(full(kt)) };
         }
-        ptx::cp_async_commit();
+        ptx::cp_async_wait::<0>();
+        return;
     }
+
+    let (warp, lane) = (tid / 32, tid % 32);
     let ln = Lane {
         col: geo::a_col(warp, lane, 0),
         rot: rotations(2 * (lane % 4)),
         lanes: lane_bytes(lane, table_copies(kb, 1)),
     };
+    // Tile kt's stage, once full, read through the async proxy as well.
+    let wait_full = |kt: u32| {
+        unsafe { ptx90a::mbarrier_wait(full(kt), phase(kt)) };
+        ptx90a::fence_proxy_async_shared();
+    };
     let mut acc = [0f32; 64];
-    // Tile 0's A registers (its stage and tile 1's have landed).
-    ptx::cp_async_wait::<{ geo::STAGES - 3 }>();
-    ptx::bar_sync();
+    wait_full(0);
     let mut fa = unsafe { decode::<K, T>(stage(0), Spans::of::<K>(tile(0), a.n, n0), tbl, &ln) };
+    let mut fb = [[0u32; 4]; 4];
     let mut kt = 0;
     // Unrolled by two with two sets of A registers, `fa` for even tiles
-    // and `fb` for odd ones: the decode of tile kt + 1 writes the set that
-    // the MMAs in flight do not read, with no copies between the sets.
+    // and `fb` for odd ones. At the top of a step the MMAs of tile kt − 1
+    // (set `$prev`) may still run; the step issues tile kt's behind them,
+    // retires kt − 1's, and decodes tile kt + 1 into `$prev` while kt's run,
+    // so the tensor cores always have the next group queued.
     macro_rules! step {
-        ($cur:ident, $next:ident) => {{
-            // Tiles kt and kt + 1 have landed (this thread's copies), are
-            // handed to the async proxy, and after the barrier everyone's
-            // are visible: tile kt for the MMAs, tile kt + 1 for the
-            // decode below. The barrier also frees the stage of tile kt − 1
-            // (its MMAs were waited for, its registers decoded) for the
-            // copies of tile kt + S − 1.
-            ptx::cp_async_wait::<{ geo::STAGES - 3 }>();
-            ptx90a::fence_proxy_async_shared();
-            ptx::bar_sync();
-            let ahead = kt + geo::STAGES - 1;
-            if ahead < k_tiles {
-                unsafe { issue::<K>(a, m0, n0, tile(ahead), stage(ahead), tid) };
-            }
-            ptx::cp_async_commit();
+        ($cur:ident, $prev:ident) => {{
             let st = stage(kt);
             T::wgmma_tile(&mut acc, &$cur, [0, 1, 2, 3].map(|s| geo::b_descriptor(st, s)));
+            // Tile kt − 1's MMAs are done (at kt = 0 there are none and
+            // `fb` is zeros): `$prev` is free, and so is the stage of tile
+            // kt − 1 (decoded a step ago). The warp-collective wait has
+            // every lane past its MMAs, so one arrival speaks for the warp.
+            ptx90a::wgmma_wait::<1>(&mut acc, &$prev);
+            if kt > 0 && lane == 0 {
+                unsafe { ptx90a::mbarrier_arrive(empty(kt - 1)) };
+            }
             kt += 1;
             if kt == k_tiles {
-                ptx90a::wgmma_wait_all(&mut acc, &$cur);
+                ptx90a::wgmma_wait::<0>(&mut acc, &$cur);
                 break;
             }
-            // The next tile's A registers while these MMAs run.
-            $next = unsafe { decode::<K, T>(stage(kt), Spans::of::<K>(tile(kt), a.n, n0), tbl, &ln) };
-            ptx90a::wgmma_wait_all(&mut acc, &$cur);
+            wait_full(kt);
+            $prev = unsafe { decode::<K, T>(stage(kt), Spans::of::<K>(tile(kt), a.n, n0), tbl, &ln) };
         }};
     }
-    let mut fb;
     loop {
         step!(fa, fb);
         step!(fb, fa);
