@@ -8,21 +8,6 @@
 
 use core::arch::asm;
 
-/// `wgmma.fence.sync.aligned`: orders this warpgroup's earlier register
-/// writes (the A fragments, the accumulators) before the next
-/// `wgmma.mma_async` reads them. sm_90a.
-#[inline(always)]
-pub fn wgmma_fence() {
-    unsafe { asm!("wgmma.fence.sync.aligned;") }
-}
-
-/// `wgmma.commit_group.sync.aligned`: closes the group of the warpgroup's
-/// MMAs issued since the last commit. sm_90a.
-#[inline(always)]
-pub fn wgmma_commit() {
-    unsafe { asm!("wgmma.commit_group.sync.aligned;") }
-}
-
 /// `fence.proxy.async.shared::cta`: makes this thread's completed
 /// shared-memory writes (`cp.async` copies) visible to the async proxy that
 /// `wgmma` reads its descriptors' operands through. sm_90.
@@ -80,6 +65,14 @@ pub fn wgmma_wait<const N: u32>(d: &mut [f32; 64], a: &[[u32; 4]; 4]) {
     }
 }
 
+/// The accumulator vector `{d0, …, d63}` of a `wgmma` in [`tile_asm!`]'s
+/// operand names, with the comma that follows it.
+macro_rules! d_operands {
+    () => {
+        "{{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}},"
+    };
+}
+
 /// One K tile (four k16 steps) of `wgmma.mma_async.sync.aligned.m64n128k16.f32.<T>.<T>`
 /// with A in registers, as one group: `wgmma.fence`, D[64×128] += A_s[64×16] ·
 /// B_s[16×128] for s = 0..4, `wgmma.commit_group`. f32 accumulators; B_s
@@ -98,16 +91,16 @@ macro_rules! wgmma_m64n128k64 {
                     "{{ .reg .pred p; setp.ne.b32 p, {84}, 0;",
                     "wgmma.fence.sync.aligned;",
                     concat!("wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty),
-                    "{{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}},",
+                    d_operands!(),
                     "{{{64}, {65}, {66}, {67}}}, {80}, p, 1, 1, 0;",
                     concat!("wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty),
-                    "{{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}},",
+                    d_operands!(),
                     "{{{68}, {69}, {70}, {71}}}, {81}, p, 1, 1, 0;",
                     concat!("wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty),
-                    "{{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}},",
+                    d_operands!(),
                     "{{{72}, {73}, {74}, {75}}}, {82}, p, 1, 1, 0;",
                     concat!("wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty),
-                    "{{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}},",
+                    d_operands!(),
                     "{{{76}, {77}, {78}, {79}}}, {83}, p, 1, 1, 0;",
                     "wgmma.commit_group.sync.aligned; }}";
                     in(reg64) b[0],
