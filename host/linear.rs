@@ -6,9 +6,11 @@
 //!
 //! ```text
 //! 1. scalar GEMV        M ≤ 4 (M = 3, 4 on larger matrices: MMA)  kernel 1 (gemv.rs)
-//! 2. MMA dequant GEMM   M ≤ 32 (≤ 64 on larger matrices; on sm_90 ≤ 128 on
-//!                       matrices of 2^25 weights and more)  kernel 2 (mma.rs; wgmma.rs
-//!                       beyond M = 64), split-K over the SMs
+//! 2. MMA dequant GEMM   M ≤ 32 (≤ 64 on larger matrices; on sm_90 up to
+//!                       M = 128 / 256 / 512 on matrices of 2^24 / 2^25 /
+//!                       2^27 weights and more)  kernel 2 (mma.rs, split-K
+//!                       over the SMs; on sm_90 wgmma.rs beyond M = 64, and
+//!                       beyond M = 48 on matrices of 2^24 weights and more)
 //! 3. dequant + cuBLAS   any M          dequantize W into a scratch buffer, one GemmEx
 //! ```
 //!
@@ -155,17 +157,32 @@ fn mma_preferred_at_large_m(shape: Shape) -> bool {
     shape.k >= 4096 || (shape.n as u64) * (shape.k as u64) >= 1 << 24
 }
 
-/// Whether automatic dispatch prefers the warpgroup GEMM (sm_90, M > 64)
-/// over dequant + cuBLAS: at M ≤ 128 on matrices of 2^25 weights and more.
-/// H100, table in `bench-results/NOTES.md` (µs, warpgroup GEMM against
-/// dequant + cuBLAS, k = 4 / k = 2): Llama-3-8B gate/up at M = 96 59.5 /
-/// 60.5 against 102.6 / 98.1, at M = 128 77.0 / 74.2 against 103.0 / 98.5;
-/// Llama-3-70B at M = 96 226.5 / 229.8 against 395.1 / 373.4, at M = 128
-/// 271.7 / 256.6 against 393.6 / 371.6. At M = 256 and on smaller matrices
-/// (GLM shared, 2^24.3: 34.1 against 34.9 at M = 96, 42.3 against 35.2 at
-/// M = 128) dequant + cuBLAS is as fast or faster.
+/// Whether the tensor-core path prefers the warpgroup GEMM (sm_90): at
+/// M = 49..128 on matrices of 2^24 weights and more, up to M = 256 from
+/// 2^25 and up to M = 512 from 2^27. Beyond M = 64 the alternative is
+/// dequant + cuBLAS, at M = 49..64 the `mma.sync` kernel. H100, tables at
+/// the warpgroup GEMM's tensor copies (`bench-results/NOTES.md`; µs, k = 4,
+/// warpgroup GEMM against the alternative):
+/// - M = 64: GLM shared (2^24.3) 18.8 against 25.5, Llama-3-8B 39.6
+///   against 53.1, Llama-3-70B 129.6 against 172.3 (k = 2 likewise); at
+///   M = 48 the `mma.sync` kernel keeps Llama-3-8B (38.9 against 42.2);
+/// - M = 128: GLM shared 20.9 against 35.1 (dequant + cuBLAS), at M = 256
+///   44.4 against 39.9; the Qwen3 shapes (2^23.3 and less) are faster
+///   with dequant + cuBLAS at M = 128 and 512 (gate/up 19.3 against
+///   15.7, 46.2 against 27.2);
+/// - M = 256: Llama-3-8B 69.4 against 110.6, at M = 384 129.5 against
+///   124.3;
+/// - M = 512: Llama-3-70B 524.8 against 572.3, at M = 768 828.6 against
+///   797.4.
 fn wgmma_preferred(m: usize, shape: Shape) -> bool {
-    m <= 128 && (shape.n as u64) * (shape.k as u64) >= 1 << 25
+    let weights = (shape.n as u64) * (shape.k as u64);
+    let most = match weights {
+        w if w >= 1 << 27 => 512,
+        w if w >= 1 << 25 => 256,
+        w if w >= 1 << 24 => 128,
+        _ => 0,
+    };
+    m > 48 && m <= most
 }
 
 /// Whether automatic dispatch prefers the MMA kernel to the scalar GEMV at
@@ -334,7 +351,9 @@ impl Context {
         match kernel {
             Kernel::DequantCublas => self.dequant_cublas(x, m, w, y),
             Kernel::Scalar => self.gemv(x, m, w, y),
-            Kernel::Mma if m > MMA_MAX_M => self.wgmma_gemm(x, m, w, y),
+            Kernel::Mma if m > MMA_MAX_M || (self.has_wgmma() && wgmma_preferred(m, w.shape())) => {
+                self.wgmma_gemm(x, m, w, y)
+            }
             Kernel::Mma => self.mma_gemm(x, m, w, y),
             Kernel::GroupedScalar | Kernel::GroupedMma => Err(not_applicable(
                 kernel,

@@ -2,13 +2,50 @@
 //! dequant GEMM `y[M, N] = x[M, K] · Wᵀ` of the sm_90a module
 //! (`kernels-gpu/src/wgmma.rs`). Weights are dequantized in registers into
 //! the A operand of `wgmma.m64n128k16`; blocks of 128 activation rows × 128
-//! output columns, one per (row tile, column tile), no split-K.
+//! output columns, one per (row tile, column tile), no split-K. The
+//! activations reach shared memory by tensor copies (TMA) through a tensor
+//! map of `x` that each call encodes on the host and passes by value.
 
 use crate::launch::{self, args};
 use crate::linear::Kernel;
 use crate::{Context, Dtype, Element, Error, KbitWeight, Result};
-use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig};
+use cudarc::driver::sys::{
+    self, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave, CUtensorMapL2promotion,
+    CUtensorMapSwizzle,
+};
+use cudarc::driver::{DevicePtr, DevicePtrMut, DriverError, LaunchConfig};
 use kbit_format::wgmma as geo;
+
+/// The tensor map of `x` (`m` rows of `k` 16-bit values at device address
+/// `x`, 16-aligned, `k` a multiple of 32) that the kernel's tensor copies
+/// read: boxes of 64 values × [`geo::TILE_M`] rows, the 128-byte swizzle
+/// of [`geo::a_offset`], zeros outside the matrix. Encoding is host work
+/// only (no device call, no allocation).
+fn x_map(x: u64, m: usize, k: usize) -> std::result::Result<CUtensorMap, DriverError> {
+    let mut map = CUtensorMap { opaque: [0; 16] };
+    let dims = [k as u64, m as u64];
+    let strides = [2 * k as u64];
+    let boxes = [64u32, geo::TILE_M];
+    let steps = [1u32, 1];
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT16,
+            2,
+            x as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            steps.as_ptr(),
+            CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+        .result()?;
+    }
+    Ok(map)
+}
 
 /// The `kbit_wgmma_*` table slot of (bits, dtype), as
 /// [`crate::module::names::all_wgmma`] orders them.
@@ -48,7 +85,7 @@ impl Context {
     /// # Errors
     /// [`Error::NotApplicable`] on a device other than sm_90,
     /// [`Error::Mismatch`] for f32 data, [`Error::Rows`] for `m = 0` or
-    /// more than 2^31 − 1 row tiles, [`Error::Length`] for `x` or `y`
+    /// `m ≥ 2^31`, [`Error::Length`] for `x` or `y`
     /// lengths other than `m·K` and `m·N`, [`Error::Alignment`] if `x` is
     /// not 16-byte aligned.
     pub fn wgmma_gemm<T: Element>(
@@ -65,7 +102,8 @@ impl Context {
         if T::DTYPE == Dtype::F32 {
             return Err(Error::Mismatch { what: "wgmma_gemm dtype", left: "f32".into(), right: "f16 or bf16".into() });
         }
-        let max = (i32::MAX as usize) * geo::TILE_M as usize;
+        // The tensor copies address rows with 32-bit signed coordinates.
+        let max = i32::MAX as usize;
         if m == 0 || m > max {
             return Err(Error::Rows { m, max });
         }
@@ -82,7 +120,8 @@ impl Context {
             LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (geo::THREADS, 1, 1), shared_mem_bytes: smem };
         let programmatic = self.programmatic_now(&mut cfg, *per_sm);
         cfg.grid_dim = grid;
-        let mut a = args![xp, packed, scales, cb, yp, mu, n, k];
+        let map = x_map(xp, m, shape.k)?;
+        let mut a = args![packed, scales, cb, yp, mu, n, k, map];
         unsafe { launch::launch(self.stream(), f, cfg, programmatic, &mut a) }
     }
 }

@@ -92,7 +92,9 @@ fn expected_kernel(m: usize, shape: Shape, bits: u32, wgmma: bool) -> Kernel {
         1..=4 => Kernel::Scalar,
         5..=32 => Kernel::Mma,
         33..=64 if shape.k >= 4096 || shape.n * shape.k >= 1 << 24 => Kernel::Mma,
-        65..=128 if wgmma && weights >= 1 << 25 => Kernel::Mma,
+        65..=128 if wgmma && weights >= 1 << 24 => Kernel::Mma,
+        129..=256 if wgmma && weights >= 1 << 25 => Kernel::Mma,
+        257..=512 if wgmma && weights >= 1 << 27 => Kernel::Mma,
         _ => Kernel::DequantCublas,
     }
 }
@@ -156,9 +158,11 @@ fn linear_matches_reference_on_awkward_shapes() {
 fn linear_dispatch_around_the_crossovers() {
     // From 2^20 weights (`kv`) the MMA kernel takes M = 4, above 2^23 also
     // M = 3 at k ≤ 4, from 2^24 M = 2 at k = 2, from 2^27 M = 2 at k ≤ 4
-    // and M = 3 at every k; below 2^20 the scalar GEMV takes all of M ≤ 4. M = 48: the MMA kernel on the large
-    // matrix (K ≥ 4096), dequant + cuBLAS on the short-K ones. M = 100: on
-    // sm_90 the warpgroup GEMM from 2^25 weights, elsewhere dequant +
+    // and M = 3 at every k; below 2^20 the scalar GEMV takes all of M ≤ 4.
+    // M = 48: the MMA kernel on the large matrix (K ≥ 4096) and from 2^24
+    // weights, dequant + cuBLAS on the short-K ones; M = 56 likewise, on
+    // sm_90 the warpgroup GEMM from 2^24 weights. M = 100 and 200: on sm_90
+    // the warpgroup GEMM from 2^24 and 2^25 weights, elsewhere dequant +
     // cuBLAS. Every result checked against the reference.
     let test = "linear_dispatch_around_the_crossovers";
     let _serial = serial();
@@ -170,7 +174,7 @@ fn linear_dispatch_around_the_crossovers() {
     let shapes = [(16384, 8192), (4100, 8192), (8192, 2048), (4096, 2048), (5120, 2048), (512, 2048), (256, 2048)];
     for (n, k) in shapes {
         let shape = Shape::new(n, k).unwrap();
-        let ms: &[usize] = if n * k >= 1 << 27 { &[2, 3] } else { &[2, 3, 4, 48, 100] };
+        let ms: &[usize] = if n * k >= 1 << 27 { &[2, 3] } else { &[2, 3, 4, 48, 56, 100, 200] };
         for bits in [2, 3, 4, 5] {
             let (w, host) = random_weight(&ctx, &mut rng, shape, bits);
             let want_w = reference::dequantize_tiled::<f32>(&host);

@@ -1134,7 +1134,8 @@ fn mma_gemm_rejects_bad_arguments() {
 /// D: each warp 16 rows, register `4j + e` at row `g + 8·(e / 2)`, column
 /// `8j + 2t + e % 2`): the A registers of a warpgroup cover its 64 weight
 /// columns × 16 k once, the accumulators its 64 columns × 128 activation
-/// rows once, and the stage's copy chunks land where the descriptor reads.
+/// rows once, and the activations that the tensor copy swizzles into a
+/// stage sit where the descriptor reads them.
 #[test]
 fn wgmma_maps_cover_the_tiles_once() {
     use kbit_format::wgmma as wg;
@@ -1166,32 +1167,39 @@ fn wgmma_maps_cover_the_tiles_once() {
         assert!(a_seen.iter().all(|&v| v == 1), "A registers cover warpgroup {wgroup}'s tile once");
         assert!(d_seen.iter().all(|&v| v == 1), "accumulators cover warpgroup {wgroup}'s tile once");
     }
-    // Chunk q of a stage: 16 bytes of row a_chunk_row(q) from column
-    // 8·a_chunk_col(q), stored at 16q, which is where a_offset puts them.
-    let mut rows = vec![0u32; (wg::TILE_M * 8) as usize];
-    for q in 0..wg::A_CHUNKS {
-        let (row, chunk) = (wg::a_chunk_row(q), wg::a_chunk_col(q));
-        assert_eq!(wg::a_offset(row, 8 * chunk), 16 * q);
-        assert_eq!(wg::a_offset(row, 8 * chunk + 7), 16 * q + 14);
-        rows[(row * 8 + chunk) as usize] += 1;
+    // The stage's activations cover 128 rows × 64 values once, in 128-byte
+    // rows of 16-byte chunks.
+    let mut seen = vec![0u32; (wg::A_BYTES / 2) as usize];
+    for row in 0..wg::TILE_M {
+        for k in 0..64 {
+            let at = wg::a_offset(row, k);
+            assert_eq!(at / 128, row);
+            seen[(at / 2) as usize] += 1;
+        }
     }
-    assert!(rows.iter().all(|&v| v == 1), "a stage's chunks cover 128 rows × 64 values once");
-    // Descriptor of k16 step s: core matrices (r8, 2s + h) at the start plus
-    // h·LBO + r8·SBO, as a_offset places them.
+    assert!(seen.iter().all(|&v| v == 1), "a stage's activations cover 128 rows × 64 values once");
+    // Descriptor of k16 step s on an aligned stage: the hardware address of
+    // (row, k) is the unswizzled K-major address (rows 128 bytes apart,
+    // groups of 8 rows SBO apart) with bits 4..7 XORed by bits 7..10, the
+    // 128-byte swizzle; it must be where a_offset puts the value.
+    let base = 0x1_0000;
+    assert_eq!(base % wg::ALIGN, 0);
     for step in 0..4 {
-        let d = wg::b_descriptor(0x1_0000, step);
+        let d = wg::b_descriptor(base, step);
         let start = ((d & 0x3FFF) << 4) as u32;
-        let (lbo, sbo) = ((((d >> 16) & 0x3FFF) << 4) as u32, (((d >> 32) & 0x3FFF) << 4) as u32);
-        assert_eq!(d >> 62, 0, "no swizzle");
-        for r8 in 0..16 {
-            for h in 0..2 {
-                assert_eq!(start + h * lbo + r8 * sbo, 0x1_0000 + wg::a_offset(8 * r8, 16 * step + 8 * h));
+        let sbo = (((d >> 32) & 0x3FFF) << 4) as u32;
+        assert_eq!(d >> 62, 1, "128-byte swizzle");
+        for row in 0..wg::TILE_M {
+            for k in 0..16 {
+                let linear = start + (row / 8) * sbo + (row % 8) * 128 + 2 * k;
+                let swizzled = linear ^ (((linear >> 7) & 7) << 4);
+                assert_eq!(swizzled, base + wg::a_offset(row, 16 * step + k), "step {step} row {row} k {k}");
             }
         }
     }
     for bits in 2..=5 {
         assert!(wg::smem_bytes(bits) <= 227 * 1024, "k = {bits}: {} bytes", wg::smem_bytes(bits));
-        assert_eq!(wg::stages_offset(bits) % 128, 0);
+        assert_eq!(wg::stage_bytes(bits) % wg::ALIGN, 0);
         assert!(wg::stage_bytes(bits) >= wg::A_BYTES + 16 * (wg::w_chunks(bits) + wg::S_CHUNKS));
     }
 }

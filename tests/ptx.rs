@@ -141,7 +141,9 @@ fn ptx_has_every_kernel_and_no_panic_path() {
         "wgmma.fence.sync.aligned",
         "wgmma.commit_group.sync.aligned",
         "wgmma.wait_group.sync.aligned",
-        "fence.proxy.async.shared::cta",
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
+        "mbarrier.arrive.expect_tx.shared::cta.b64",
+        "cvta.param.u64",
     ] {
         assert!(kbit::module::PTX_SM90A_ENTRIES.contains(insn), "instruction {insn} missing from the sm_90a entries");
     }

@@ -6,13 +6,14 @@
 //! `wgmma.m64n128k16` (64 weight columns per warpgroup, dequantized into
 //! registers), the activations the B operand (128 rows of x, from shared
 //! memory through a descriptor). Two consumer warpgroups decode and
-//! multiply; a producer warpgroup fills the pipeline.
+//! multiply; a producer warpgroup fills the pipeline: one tensor copy
+//! (TMA) per stage for the activations, `cp.async` for the weights.
 //!
 //! ```
 //! use kbit_format::wgmma as geo;
-//! // Chunk 9 of a stage's activations: row 1, K chunk 1, at byte 144.
-//! assert_eq!((geo::a_chunk_row(9), geo::a_chunk_col(9)), (1, 1));
-//! assert_eq!(geo::a_offset(1, 8), 144);
+//! // Activation (row 9, k 20) of a stage: row 9 at 9·128 bytes, its 16-byte
+//! // chunk 2 stored as chunk 2 ^ (9 % 8) = 3 (the 128-byte swizzle).
+//! assert_eq!(geo::a_offset(9, 20), 9 * 128 + 3 * 16 + 4 * 2);
 //! assert!(geo::smem_bytes(4) <= 227 * 1024);
 //! ```
 
@@ -21,8 +22,8 @@ use crate::mma::table_bytes;
 /// Threads of the two consumer warpgroups (warps 0..8): they decode the
 /// weights and issue the MMAs.
 pub const CONSUMERS: u32 = 256;
-/// Threads of the producer warpgroup (warps 8..12): they issue the
-/// `cp.async` copies of the pipeline.
+/// Threads of the producer warpgroup (warps 8..12): they issue the copies
+/// of the pipeline.
 pub const PRODUCERS: u32 = 128;
 /// Threads per block: two consumer warpgroups and one producer.
 pub const THREADS: u32 = CONSUMERS + PRODUCERS;
@@ -32,15 +33,14 @@ pub const TILE_M: u32 = 128;
 pub const TILE_N: u32 = 128;
 /// Pipeline stages of one K tile (64 values) each.
 pub const STAGES: u32 = 8;
-/// Bytes of a stage's activations: 128 rows × 64 values × 2 bytes.
+/// Bytes of a stage's activations: 128 rows × 64 values × 2 bytes (the
+/// box of the activations' tensor copy).
 pub const A_BYTES: u32 = TILE_M * 128;
-/// 16-byte chunks of a stage's activations.
-pub const A_CHUNKS: u32 = A_BYTES / 16;
-/// Byte distance of core matrices adjacent along K (the descriptor's
-/// leading-dimension offset): one 8 × 16-byte core matrix.
-pub const LBO: u32 = 128;
-/// Byte distance of core matrices adjacent along the rows (the stride
-/// offset): the 8 K chunks of a tile.
+/// Alignment of a stage, and of the 128-byte swizzle pattern: 8 rows of
+/// 128 bytes.
+pub const ALIGN: u32 = 1024;
+/// Byte distance of adjacent groups of 8 activation rows (the descriptor's
+/// stride offset): one swizzle atom.
 pub const SBO: u32 = 1024;
 
 /// 16-byte chunks of a stage's plane span: the 2·k words of 128 columns,
@@ -54,62 +54,58 @@ pub const fn w_chunks(bits: u32) -> u32 {
 /// for the boundary below its start.
 pub const S_CHUNKS: u32 = TILE_N * 2 / 16 + 1;
 
-/// Bytes of one stage: activations, planes, scales, rounded up to 128.
+/// Bytes of one stage: activations, planes, scales, rounded up to
+/// [`ALIGN`] (every stage starts on a swizzle atom).
 #[inline(always)]
 pub const fn stage_bytes(bits: u32) -> u32 {
-    (A_BYTES + 16 * (w_chunks(bits) + S_CHUNKS)).div_ceil(128) * 128
+    (A_BYTES + 16 * (w_chunks(bits) + S_CHUNKS)).div_ceil(ALIGN) * ALIGN
 }
 
-/// Offset of stage 0, after the decode table (one m block's table of
-/// `kbit_format::mma`).
+/// Offset of stage 0 from the first [`ALIGN`]-aligned shared address at or
+/// after the end of the decode table (one m block's table of
+/// `kbit_format::mma`, at the start of the dynamic shared memory, whose
+/// own alignment the kernel does not assume).
 #[inline(always)]
-pub const fn stages_offset(bits: u32) -> u32 {
-    table_bytes(bits, 1).div_ceil(128) * 128
+pub const fn table_end(bits: u32) -> u32 {
+    table_bytes(bits, 1)
 }
 
-/// Offset of the pipeline's barrier objects, after the stages: stage s
-/// has a "full" barrier at `8·s` (its copies have landed) and an "empty"
-/// one at `8·(STAGES + s)` (its consumers are done with it).
+/// Offset of the pipeline's barrier objects from stage 0, after the
+/// stages: stage s has a "full" barrier at `8·s` (its copies have landed)
+/// and an "empty" one at `8·(STAGES + s)` (its consumers are done with it).
 #[inline(always)]
 pub const fn barriers_offset(bits: u32) -> u32 {
-    stages_offset(bits) + STAGES * stage_bytes(bits)
+    STAGES * stage_bytes(bits)
 }
 
-/// Dynamic shared memory of a block.
+/// Dynamic shared memory of a block: the table, up to `ALIGN − 16` bytes
+/// of padding to the first stage (the dynamic window is 16-aligned), the
+/// stages and the barriers.
 #[inline(always)]
 pub const fn smem_bytes(bits: u32) -> u32 {
-    barriers_offset(bits) + 16 * STAGES
+    table_end(bits) + ALIGN - 16 + barriers_offset(bits) + 16 * STAGES
 }
 
-/// Activation row of chunk `q` (0..[`A_CHUNKS`]) of a stage.
-#[inline(always)]
-pub const fn a_chunk_row(q: u32) -> u32 {
-    (q / 64) * 8 + q % 8
-}
-
-/// K chunk (8 values) of chunk `q` of a stage.
-#[inline(always)]
-pub const fn a_chunk_col(q: u32) -> u32 {
-    (q / 8) % 8
-}
-
-/// Byte offset of activation (row, k) in a stage: the no-swizzle K-major
-/// layout of the B descriptor. Core matrix (row / 8, k / 8) of 8 rows ×
-/// 16 bytes sits at `(row / 8)·SBO + (k / 8)·LBO`, row `row % 8` of it at
-/// 16 bytes a row. Chunk `q` lands at `16·q`: a warp's copies fill
-/// contiguous lines.
+/// Byte offset of activation (row, k) in a stage: the K-major layout with
+/// the 128-byte swizzle that the tensor copy writes and the B descriptor
+/// reads. Row `row` fills the 128 bytes at `128·row`, its 16-byte chunk
+/// `k / 8` stored at chunk position `(k / 8) ^ (row % 8)`: the 8 rows of a
+/// swizzle atom put a given chunk in 8 different bank groups.
 #[inline(always)]
 pub const fn a_offset(row: u32, k: u32) -> u32 {
-    (row / 8) * SBO + (k / 8) * LBO + (row % 8) * 16 + (k % 8) * 2
+    row * 128 + (((k / 8) ^ (row % 8)) * 16) + (k % 8) * 2
 }
 
 /// The shared-memory matrix descriptor of the activations of k16 step
-/// `step` (0..4) of the stage at shared address `stage`: start address,
-/// LBO and SBO in 16-byte units, no swizzle.
+/// `step` (0..4) of the stage at shared address `stage` ([`ALIGN`]-aligned):
+/// start address (the step's 32 bytes into each row; the hardware applies
+/// the swizzle to the full address), the stride offset [`SBO`] in 16-byte
+/// units, and layout type 1, the 128-byte swizzle. The leading offset is
+/// not used by a swizzled K-major operand whose K extent is one atom.
 #[inline(always)]
 pub const fn b_descriptor(stage: u32, step: u32) -> u64 {
-    let start = ((stage + 2 * LBO * step) & 0x3FFFF) >> 4;
-    start as u64 | ((LBO >> 4) as u64) << 16 | ((SBO >> 4) as u64) << 32
+    let start = ((stage + 32 * step) & 0x3FFFF) >> 4;
+    start as u64 | 1 << 16 | ((SBO >> 4) as u64) << 32 | 1 << 62
 }
 
 /// Weight column (within the block tile) of register `a_r` (r = 0..4) of

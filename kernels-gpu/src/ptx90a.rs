@@ -1,20 +1,12 @@
 //! Wrappers of the sm_90a instructions of the warpgroup tensor-core GEMM
-//! (`wgmma`): asynchronous warpgroup MMA, its fences and groups, and the
-//! proxy fence that hands shared memory written by `cp.async` to it.
+//! (`wgmma`): asynchronous warpgroup MMA and its groups, the tensor copy
+//! (TMA) and the `mbarrier` operations of the pipeline.
 //!
 //! Only entries of the sm_90a module use them (`kbit::module`): the
 //! sm_89 module leaves those entries out, so its PTX never contains these
 //! instructions.
 
 use core::arch::asm;
-
-/// `fence.proxy.async.shared::cta`: makes this thread's completed
-/// shared-memory writes (`cp.async` copies) visible to the async proxy that
-/// `wgmma` reads its descriptors' operands through. sm_90.
-#[inline(always)]
-pub fn fence_proxy_async_shared() {
-    unsafe { asm!("fence.proxy.async.shared::cta;") }
-}
 
 /// `asm!` with `templates`, then the operands of a tile's MMAs in this
 /// order: the accumulators `d[i]` as `{i}` (read and written), the A
@@ -170,5 +162,49 @@ pub unsafe fn mbarrier_wait(bar: u32, parity: u32) {
         if done != 0 {
             break;
         }
+    }
+}
+
+/// `mbarrier.arrive.expect_tx.shared::cta.b64`: one arrival on the barrier
+/// at `bar` that also makes its current phase wait for `bytes` more bytes
+/// of asynchronous copies, which count them down as they land. sm_90.
+///
+/// # Safety
+/// `bar` is an initialized barrier object.
+#[inline(always)]
+pub unsafe fn mbarrier_arrive_expect_tx(bar: u32, bytes: u32) {
+    unsafe {
+        asm!(
+            "{{ .reg .b64 s; mbarrier.arrive.expect_tx.shared::cta.b64 s, [{b}], {n}; }}",
+            b = in(reg32) bar, n = in(reg32) bytes,
+        )
+    }
+}
+
+/// `prefetch.tensormap`: brings the tensor map at generic address `map`
+/// into the cache that tensor copies read it from. sm_90.
+#[inline(always)]
+pub fn prefetch_tensormap(map: u64) {
+    unsafe { asm!("prefetch.tensormap [{m}];", m = in(reg64) map) }
+}
+
+/// `cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes`:
+/// copies the box of the 2-D tensor map at generic address `map` whose
+/// first element has coordinates (`c0`, `c1`) (innermost first) to shared
+/// memory at `dst`, laid out and swizzled as the map says, elements outside
+/// the tensor zero-filled; its bytes count down the transaction count of
+/// the barrier at `bar`. sm_90.
+///
+/// # Safety
+/// `map` is the address of a valid tensor map in parameter, constant or
+/// global memory; `dst` holds the box (aligned as the swizzle needs) and
+/// no one else touches it until the barrier's phase completes.
+#[inline(always)]
+pub unsafe fn tma_load_2d(dst: u32, map: u64, c0: i32, c1: i32, bar: u32) {
+    unsafe {
+        asm!(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{d}], [{m}, {{{x}, {y}}}], [{b}];",
+            d = in(reg32) dst, m = in(reg64) map, x = in(reg32) c0, y = in(reg32) c1, b = in(reg32) bar,
+        )
     }
 }

@@ -22,19 +22,24 @@
 //! 384 threads: the two consumer warpgroups above and a producer warpgroup
 //! (warps 8..12). [`STAGES`](geo::STAGES) stages of one K tile each, with a
 //! "full" and an "empty" `mbarrier` per stage. The producers fill a stage
-//! by `cp.async` as soon as it is empty: the tile's 128 × 64 activations in
-//! the no-swizzle K-major layout of the B descriptor ([`geo::a_offset`]),
-//! the contiguous span of the 128 columns' planes and their scale bytes
-//! (both fetched from the 16-byte boundary below their start; bytes past
-//! the arrays zero-filled); each producer's copies arrive on the full
-//! barrier when they land. Per K tile kt a consumer warp issues its four
-//! `wgmma`s (A registers decoded during the previous tile) behind those of
-//! tile kt − 1, retires kt − 1's (`wgmma.wait_group 1`) and marks that
-//! stage empty, waits for tile kt + 1's stage to be full, hands it to the
-//! async proxy (`fence.proxy.async`) and decodes it into the register set
-//! kt − 1 used, while kt's MMAs run. The copy issue, with its long-latency
-//! register operands, never sits between a consumer's MMAs, and the two
-//! consumer warpgroups never wait for each other.
+//! as soon as it is empty. The tile's 128 × 64 activations come in one
+//! tensor copy (TMA) that the first producer thread issues: the host's
+//! tensor map of `x` gives the box, the 128-byte swizzle of the B
+//! descriptor ([`geo::a_offset`]) and zeros past M and K; its bytes count
+//! down the full barrier's transaction count. The contiguous span of the
+//! 128 columns' planes and their scale bytes (both fetched from the
+//! 16-byte boundary below their start; bytes past the arrays zero-filled)
+//! is spread over the producers as `cp.async` copies, each producer's
+//! arriving on the full barrier when they land. Per K tile kt a consumer
+//! warp issues its four `wgmma`s (A registers decoded during the previous
+//! tile) behind those of tile kt − 1, retires kt − 1's (`wgmma.wait_group
+//! 1`) and marks that stage empty, waits for tile kt + 1's stage to be
+//! full and decodes it into the register set kt − 1 used, while kt's MMAs
+//! run. The activations are written by the tensor copy and read by the
+//! MMAs, both in the async proxy, and the weights are written by
+//! `cp.async` and read by the decode, both in the generic one, so no proxy
+//! fence is needed. The copy issue never sits between a consumer's MMAs,
+//! and the two consumer warpgroups never wait for each other.
 
 use crate::fragment::{self, MmaElem};
 use crate::ptx;
@@ -62,10 +67,18 @@ impl WgmmaElem for crate::elem::Bf16 {
     }
 }
 
+/// A tensor map (`CUtensorMap`) as a kernel parameter: 128 opaque bytes
+/// made by the host (`cuTensorMapEncodeTiled`). Kernel parameters are at
+/// most 16-aligned here; the entry places it where it is 64-aligned.
+#[repr(C, align(16))]
+pub struct TensorMap(pub [u64; 16]);
+
 /// Kernel arguments (validated by the host: K % 32 == 0, x 16-aligned,
-/// M, N ≥ 1).
+/// M, N ≥ 1, M < 2^31).
 pub struct Args {
-    pub x: *const u16,
+    /// Generic address of the tensor map of `x` (`[M, K]` 16-bit values,
+    /// boxes of 64 × 128 with the 128-byte swizzle): a kernel parameter.
+    pub map: u64,
     pub packed: *const u32,
     pub scales: *const u8,
     pub cb: *const f32,
@@ -96,21 +109,8 @@ impl Spans {
     }
 }
 
-/// Activation chunks each producer thread copies per stage.
-const A_ROUNDS: usize = (geo::A_CHUNKS / geo::PRODUCERS) as usize;
-
-/// Per-thread constants of the copy issue. Producer thread `p` copies
-/// activation chunks `q = p + PRODUCERS·r` (r = 0..[`A_ROUNDS`]): all in K
-/// chunk `(p / 8) % 8` of the tile (PRODUCERS is a multiple of 64), rows
-/// `8·(p / 64) + p % 8 + 16·r` (see [`geo::a_chunk_row`]), so only the
-/// tile's offset along K changes from tile to tile.
+/// Per-launch constants of the weight copies.
 struct Copier {
-    /// Chunk r's source in K tile 0, its row clamped into the matrix.
-    x: [*const u16; A_ROUNDS],
-    /// Bit r: chunk r's row is inside the matrix (else it is zero-filled).
-    rows: u32,
-    /// The thread's K element within a tile (a multiple of 8).
-    k_in_tile: u32,
     /// Bytes of the plane and scale arrays.
     w_total: u64,
     s_total: u64,
@@ -118,37 +118,19 @@ struct Copier {
 
 impl Copier {
     #[inline(always)]
-    fn new<const K: usize>(a: &Args, m0: u32, p: u32) -> Copier {
-        const { assert!(geo::PRODUCERS % 64 == 0 && geo::A_CHUNKS % geo::PRODUCERS == 0) };
-        let k_in_tile = 8 * geo::a_chunk_col(p);
-        let mut x = [a.x; A_ROUNDS];
-        let mut rows = 0;
-        for (r, xr) in x.iter_mut().enumerate() {
-            let row = m0 + geo::a_chunk_row(p + geo::PRODUCERS * r as u32);
-            rows |= ((row < a.m) as u32) << r;
-            let row = row.min(a.m - 1);
-            *xr = a.x.wrapping_add(row as usize * a.k as usize + k_in_tile as usize);
-        }
+    fn new<const K: usize>(a: &Args) -> Copier {
         let k_tiles = a.k.div_ceil(64) as u64;
-        Copier { x, rows, k_in_tile, w_total: k_tiles * a.n as u64 * 8 * K as u64, s_total: k_tiles * a.n as u64 * 2 }
+        Copier { w_total: k_tiles * a.n as u64 * 8 * K as u64, s_total: k_tiles * a.n as u64 * 2 }
     }
 
-    /// Issues producer thread `p`'s copies of K tile `kt` into the stage at
-    /// `st`: its activation chunks, then the plane and scale chunks spread
-    /// over the producers (chunk i of the stage's weight part: planes for i
-    /// < `w_chunks`, scales after). Chunks past the matrix's rows or K are
-    /// zero-filled; a span that reaches the end of its array (the last
-    /// tile of the last column block) is copied chunk by chunk with the
-    /// bytes left, the rest zero-filled.
+    /// Issues producer thread `p`'s copies of K tile `kt`'s weights into
+    /// the stage at `st`: the plane and scale chunks spread over the
+    /// producers (chunk i of the stage's weight part: planes for i <
+    /// `w_chunks`, scales after). A span that reaches the end of its array
+    /// (the last tile of the last column block) is copied chunk by chunk
+    /// with the bytes left, the rest zero-filled.
     #[inline(always)]
     unsafe fn issue<const K: usize>(&self, a: &Args, n0: u32, kt: u32, st: u32, p: u32) {
-        let in_k = 64 * kt + self.k_in_tile < a.k;
-        let (off, size) = if in_k { (64 * kt as usize, 16) } else { (0, 0) };
-        for (r, xr) in self.x.iter().enumerate() {
-            let size = if self.rows >> r & 1 != 0 { size } else { 0 };
-            let dst = st + 16 * (p + geo::PRODUCERS * r as u32);
-            unsafe { ptx::cp_async_16_zfill(dst, xr.wrapping_add(off).cast(), size) };
-        }
         let sp = Spans::of::<K>(kt, a.n, n0);
         let wc = geo::w_chunks(K as u32);
         let chunks = wc + geo::S_CHUNKS;
@@ -231,10 +213,12 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
     let m0 = geo::TILE_M * ptx::bid();
     let n0 = geo::TILE_N * ptx::bid_y();
     let tbl = ptx::smem_base();
-    let st0 = tbl + geo::stages_offset(kb);
+    // Stages start on a swizzle atom (the tensor copy and the descriptor
+    // apply the swizzle to absolute shared addresses).
+    let st0 = (tbl + geo::table_end(kb)).next_multiple_of(geo::ALIGN);
     let stb = geo::stage_bytes(kb);
     let stage = |kt: u32| st0 + (kt % geo::STAGES) * stb;
-    let bars = tbl + geo::barriers_offset(kb);
+    let bars = st0 + geo::barriers_offset(kb);
     // Tile kt's stage is full once its copies have landed, and empty once
     // both consumer warpgroups are done with it; use u = kt / STAGES of a
     // stage is phase u of its two barriers.
@@ -252,8 +236,11 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
         let table = unsafe { fragment::load_table::<K, 1>(a.cb, tid) };
         unsafe { fragment::store_table::<K, 1, T>(tbl, &table, tid) };
     } else if tid == geo::CONSUMERS {
+        ptx90a::prefetch_tensormap(a.map);
+        // Full: every producer's copies, and the activations' tensor copy
+        // (one arrival that expects its bytes).
         for s in 0..geo::STAGES {
-            unsafe { ptx90a::mbarrier_init(full(s), geo::PRODUCERS) };
+            unsafe { ptx90a::mbarrier_init(full(s), geo::PRODUCERS + 1) };
             unsafe { ptx90a::mbarrier_init(empty(s), geo::CONSUMERS / 32) };
         }
     }
@@ -267,10 +254,15 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
         // is empty (the first STAGES tiles at once), each thread's copies
         // counted on the stage's full barrier when they land.
         let p = tid - geo::CONSUMERS;
-        let cp = Copier::new::<K>(a, m0, p);
+        let cp = Copier::new::<K>(a);
         for kt in 0..k_tiles {
             if kt >= geo::STAGES {
                 unsafe { ptx90a::mbarrier_wait(empty(kt), phase(kt) ^ 1) };
+            }
+            if p == 0 {
+                unsafe { ptx90a::mbarrier_arrive_expect_tx(full(kt), geo::A_BYTES) };
+                let (k0, row0) = ((64 * tile(kt)) as i32, m0 as i32);
+                unsafe { ptx90a::tma_load_2d(stage(kt), a.map, k0, row0, full(kt)) };
             }
             unsafe { cp.issue::<K>(a, n0, tile(kt), stage(kt), p) };
             unsafe { ptx90a::cp_async_mbarrier_arrive(full(kt)) };
@@ -285,11 +277,7 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
         rot: rotations(2 * (lane % 4)),
         lanes: lane_bytes(lane, table_copies(kb, 1)),
     };
-    // Tile kt's stage, once full, read through the async proxy as well.
-    let wait_full = |kt: u32| {
-        unsafe { ptx90a::mbarrier_wait(full(kt), phase(kt)) };
-        ptx90a::fence_proxy_async_shared();
-    };
+    let wait_full = |kt: u32| unsafe { ptx90a::mbarrier_wait(full(kt), phase(kt)) };
     let mut acc = [0f32; 64];
     wait_full(0);
     let mut fa = unsafe { decode::<K, T>(stage(0), Spans::of::<K>(tile(0), a.n, n0), tbl, &ln) };
