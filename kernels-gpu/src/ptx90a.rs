@@ -65,6 +65,26 @@ macro_rules! d_operands {
     };
 }
 
+/// One `wgmma.mma_async.sync.aligned.m64n128k16.f32.<ty>.<ty>` of
+/// [`tile_asm!`]'s operands: the accumulators, then `a_and_b` (the step's A
+/// registers and its B descriptor), the scale-d predicate `p` and unit
+/// scales, no transpose.
+macro_rules! k16_step {
+    ($ty:literal, $a_and_b:literal) => {
+        concat!(
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.",
+            $ty,
+            ".",
+            $ty,
+            "\n",
+            d_operands!(),
+            "\n",
+            $a_and_b,
+            ", p, 1, 1, 0;"
+        )
+    };
+}
+
 /// One K tile (four k16 steps) of `wgmma.mma_async.sync.aligned.m64n128k16.f32.<T>.<T>`
 /// with A in registers, as one group: `wgmma.fence`, D[64×128] += A_s[64×16] ·
 /// B_s[16×128] for s = 0..4, `wgmma.commit_group`. f32 accumulators; B_s
@@ -82,18 +102,10 @@ macro_rules! wgmma_m64n128k64 {
                     d, a;
                     "{{ .reg .pred p; setp.ne.b32 p, {84}, 0;",
                     "wgmma.fence.sync.aligned;",
-                    concat!("wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty),
-                    d_operands!(),
-                    "{{{64}, {65}, {66}, {67}}}, {80}, p, 1, 1, 0;",
-                    concat!("wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty),
-                    d_operands!(),
-                    "{{{68}, {69}, {70}, {71}}}, {81}, p, 1, 1, 0;",
-                    concat!("wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty),
-                    d_operands!(),
-                    "{{{72}, {73}, {74}, {75}}}, {82}, p, 1, 1, 0;",
-                    concat!("wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty),
-                    d_operands!(),
-                    "{{{76}, {77}, {78}, {79}}}, {83}, p, 1, 1, 0;",
+                    k16_step!($ty, "{{{64}, {65}, {66}, {67}}}, {80}"),
+                    k16_step!($ty, "{{{68}, {69}, {70}, {71}}}, {81}"),
+                    k16_step!($ty, "{{{72}, {73}, {74}, {75}}}, {82}"),
+                    k16_step!($ty, "{{{76}, {77}, {78}, {79}}}, {83}"),
                     "wgmma.commit_group.sync.aligned; }}";
                     in(reg64) b[0],
                     in(reg64) b[1],
