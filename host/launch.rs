@@ -38,19 +38,38 @@ pub(crate) unsafe fn launch(
     programmatic: bool,
     args: &mut [*mut c_void],
 ) -> Result<()> {
+    unsafe { launch_clustered(stream, f, cfg, programmatic, 1, args) }
+}
+
+/// [`launch`] with the blocks grouped in clusters of `cluster` blocks along
+/// x (sm_90; 1: no clusters), which the hardware schedules together.
+///
+/// # Safety
+/// As [`launch`]; `cluster` divides the grid's x extent and is at most 8.
+pub(crate) unsafe fn launch_clustered(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    cfg: LaunchConfig,
+    programmatic: bool,
+    cluster: u32,
+    args: &mut [*mut c_void],
+) -> Result<()> {
     stream.context().bind_to_thread()?;
-    if !programmatic {
+    if !programmatic && cluster <= 1 {
         let (grid, block) = (cfg.grid_dim, cfg.block_dim);
         let (smem, cu) = (cfg.shared_mem_bytes, stream.cu_stream());
         unsafe { cudarc::driver::result::launch_kernel(f.cu_function(), grid, block, smem, cu, args) }?;
         return Ok(());
     }
-    let mut attr = sys::CUlaunchAttribute {
-        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-        pad: [0; 4],
-        value: unsafe { std::mem::zeroed() },
-    };
-    attr.value.programmaticStreamSerializationAllowed = 1;
+    let attr = |id| sys::CUlaunchAttribute { id, pad: [0; 4], value: unsafe { std::mem::zeroed() } };
+    let mut attrs = [
+        attr(sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION),
+        attr(sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION),
+    ];
+    attrs[0].value.programmaticStreamSerializationAllowed = programmatic as i32;
+    attrs[1].value.clusterDim.x = cluster.max(1);
+    attrs[1].value.clusterDim.y = 1;
+    attrs[1].value.clusterDim.z = 1;
     let config = sys::CUlaunchConfig {
         gridDimX: cfg.grid_dim.0,
         gridDimY: cfg.grid_dim.1,
@@ -60,8 +79,8 @@ pub(crate) unsafe fn launch(
         blockDimZ: cfg.block_dim.2,
         sharedMemBytes: cfg.shared_mem_bytes,
         hStream: stream.cu_stream(),
-        attrs: &mut attr,
-        numAttrs: 1,
+        attrs: attrs.as_mut_ptr(),
+        numAttrs: if cluster > 1 { 2 } else { 1 },
     };
     unsafe { sys::cuLaunchKernelEx(&config, f.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }.result()?;
     Ok(())

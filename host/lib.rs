@@ -60,6 +60,7 @@ pub mod reference;
 pub mod splitk;
 mod weight;
 mod wgmma;
+pub mod wgmma_plan;
 
 pub use codebook::Codebook;
 pub use context::{Context, DeviceInfo};
@@ -73,6 +74,7 @@ pub use linear::Kernel;
 pub use mma::{MmaOptions, SPLITK_COUNTERS, SPLITK_WORKSPACE_F32};
 pub use splitk::{Plan, Splits};
 pub use weight::{FlatWeight, ScaleMode, Shape, TiledWeight};
+pub use wgmma_plan::WgmmaPlan;
 
 pub use cudarc;
 pub use half;

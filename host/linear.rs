@@ -27,6 +27,8 @@
 //! after one eager call (or [`Context::prepare_linear`]) has set these up.
 
 use crate::cublas_gemm::RowMajorGemm;
+use crate::splitk::Splits;
+use crate::wgmma_plan::{self, Slots};
 use crate::{Context, Dtype, Element, Error, KbitWeight, Result, Shape};
 use cudarc::cublas::{CudaBlas, sys as cublas_sys};
 use cudarc::driver::sys::CUstreamCaptureStatus;
@@ -157,32 +159,37 @@ fn mma_preferred_at_large_m(shape: Shape) -> bool {
     shape.k >= 4096 || (shape.n as u64) * (shape.k as u64) >= 1 << 24
 }
 
-/// Whether the tensor-core path prefers the warpgroup GEMM (sm_90): at
-/// M = 49..128 on matrices of 2^24 weights and more, up to M = 256 from
-/// 2^25 and up to M = 512 from 2^27. Beyond M = 64 the alternative is
-/// dequant + cuBLAS, at M = 49..64 the `mma.sync` kernel. H100, tables at
-/// the warpgroup GEMM's tensor copies (`bench-results/NOTES.md`; µs, k = 4,
-/// warpgroup GEMM against the alternative):
-/// - M = 64: GLM shared (2^24.3) 18.8 against 25.5, Llama-3-8B 39.6
-///   against 53.1, Llama-3-70B 129.6 against 172.3 (k = 2 likewise); at
-///   M = 48 the `mma.sync` kernel keeps Llama-3-8B (38.9 against 42.2);
-/// - M = 128: GLM shared 20.9 against 35.1 (dequant + cuBLAS), at M = 256
-///   44.4 against 39.9; the Qwen3 shapes (2^23.3 and less) are faster
-///   with dequant + cuBLAS at M = 128 and 512 (gate/up 19.3 against
-///   15.7, 46.2 against 27.2);
-/// - M = 256: Llama-3-8B 69.4 against 110.6, at M = 384 129.5 against
-///   124.3;
-/// - M = 512: Llama-3-70B 524.8 against 572.3, at M = 768 828.6 against
-///   797.4.
-fn wgmma_preferred(m: usize, shape: Shape) -> bool {
+/// Whether the tensor-core path prefers the warpgroup GEMM (sm_90, whose
+/// resident blocks by cluster size are `slots`): at M = 49..64 on matrices
+/// of 2^24 weights and more, at M = 65..128 from 2^23, at M = 129..256
+/// from 2^24 and up to M = 512 from 2^27; at M = 129..512 also on
+/// matrices of 2^23 weights and more whose plan splits K (tiles too few
+/// for the SMs). Beyond M = 64 the alternative is dequant + cuBLAS, at
+/// M = 49..64 the `mma.sync` kernel. H100, tables of the split-K build
+/// (`bench-results/NOTES.md`; µs, k = 4, warpgroup GEMM against the
+/// alternative):
+/// - M = 64: GLM shared (2^24.3) 22.6 against 25.5, Llama-3-8B 43.2
+///   against 53.1; the Qwen3 shapes (2^23.3 and less) stay on `mma.sync`
+///   (`q` 11.3 against 10.2, `gate/up` 13.3 against 13.2);
+/// - M = 128: Qwen3 `gate/up` 13.2 against 15.1, `down` 12.5 against
+///   21.4, `q` 11.1 against 13.2, `o` 11.0 against 17.1; `kv` (2^20) 7.5
+///   against 7.0 stays with dequant + cuBLAS;
+/// - M = 256: `q` 13.2 against 17.8, `down` 20.7 against 22.3, `o` 17.1
+///   against 18.3 (split plans), GLM shared 34.2 against 39.4, Llama-3-8B
+///   72.2 against 110.0; `gate/up` (80 tiles, no split) 22.1 against 19.7;
+/// - M = 512: `down` 27.7 against 32.0 (2 splits), Llama-3-70B 524.8
+///   against 572.3 (at M = 768 828.6 against 797.4); `q`, `gate/up` and
+///   GLM shared (no split) 22.9 / 38.9 / 60.9 against 20.4 / 26.7 / 52.2.
+fn wgmma_preferred(m: usize, shape: Shape, slots: &Slots) -> bool {
     let weights = (shape.n as u64) * (shape.k as u64);
-    let most = match weights {
-        w if w >= 1 << 27 => 512,
-        w if w >= 1 << 25 => 256,
-        w if w >= 1 << 24 => 128,
-        _ => 0,
-    };
-    m > 48 && m <= most
+    let splits = || wgmma_plan::plan(m, shape.n, shape.k, slots, Splits::Auto).is_ok_and(|p| p.splits > 1);
+    match m {
+        49..=64 => weights >= 1 << 24,
+        65..=128 => weights >= 1 << 23,
+        129..=256 => weights >= 1 << 24 || (weights >= 1 << 23 && splits()),
+        257..=512 => weights >= 1 << 27 || (weights >= 1 << 23 && splits()),
+        _ => false,
+    }
 }
 
 /// Whether automatic dispatch prefers the MMA kernel to the scalar GEMV at
@@ -222,7 +229,14 @@ fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32) -> bool {
 /// Why `kernel` cannot compute `linear` with `m` rows of a `shape` weight
 /// of `bits` bits, or `None` if it can. `auto` applies the dispatch
 /// preferences on top of the hard limits.
-fn linear_unfit(kernel: Kernel, m: usize, shape: Shape, bits: u32, auto: bool, wgmma: bool) -> Option<&'static str> {
+fn linear_unfit(
+    kernel: Kernel,
+    m: usize,
+    shape: Shape,
+    bits: u32,
+    auto: bool,
+    wgmma: Option<&Slots>,
+) -> Option<&'static str> {
     if !kernel.is_available() {
         return Some("the kernel is not part of this build yet");
     }
@@ -232,8 +246,8 @@ fn linear_unfit(kernel: Kernel, m: usize, shape: Shape, bits: u32, auto: bool, w
         Kernel::Scalar if auto && mma_preferred_at_small_m(m, shape, bits) => {
             Some("the MMA kernel is faster at this M on this matrix")
         }
-        Kernel::Mma if m > MMA_MAX_M && !wgmma => Some("the MMA kernel serves M ≤ 64 (any M on sm_90)"),
-        Kernel::Mma if auto && m > MMA_MAX_M && !wgmma_preferred(m, shape) => {
+        Kernel::Mma if m > MMA_MAX_M && wgmma.is_none() => Some("the MMA kernel serves M ≤ 64 (any M on sm_90)"),
+        Kernel::Mma if auto && m > MMA_MAX_M && !wgmma.is_some_and(|s| wgmma_preferred(m, shape, s)) => {
             Some("dequant + cuBLAS is faster at this M on this matrix")
         }
         Kernel::Mma if auto && m > MMA_AUTO_MAX_M && !mma_preferred_at_large_m(shape) => {
@@ -306,7 +320,9 @@ impl Context {
         check_linear(T::DTYPE, m, w.shape(), x.len(), y.len())?;
         let kernel = match self.forced_kernel() {
             Some(kernel) => {
-                if let Some(why) = linear_unfit(kernel, m, w.shape(), w.bits(), false, self.has_wgmma()) {
+                if let Some(why) =
+                    linear_unfit(kernel, m, w.shape(), w.bits(), false, self.wgmma_slots(w.bits(), T::DTYPE).as_ref())
+                {
                     return Err(not_applicable(
                         kernel,
                         format!("{why} (linear, M = {m}, W [{}, {}])", w.shape().n, w.shape().k),
@@ -330,7 +346,9 @@ impl Context {
         y: &mut impl DevicePtrMut<T>,
     ) -> Result<Kernel> {
         for kernel in LINEAR_CHAIN {
-            if linear_unfit(kernel, m, w.shape(), w.bits(), true, self.has_wgmma()).is_none() {
+            if linear_unfit(kernel, m, w.shape(), w.bits(), true, self.wgmma_slots(w.bits(), T::DTYPE).as_ref())
+                .is_none()
+            {
                 self.run_linear(kernel, x, m, w, y)?;
                 return Ok(kernel);
             }
@@ -351,13 +369,17 @@ impl Context {
         match kernel {
             Kernel::DequantCublas => self.dequant_cublas(x, m, w, y),
             Kernel::Scalar => self.gemv(x, m, w, y),
-            Kernel::Mma if m > MMA_MAX_M || (self.has_wgmma() && wgmma_preferred(m, w.shape())) => {
+            Kernel::Mma
+                if m > MMA_MAX_M
+                    || self.wgmma_slots(w.bits(), T::DTYPE).is_some_and(|s| wgmma_preferred(m, w.shape(), &s)) =>
+            {
                 self.wgmma_gemm(x, m, w, y)
             }
             Kernel::Mma => self.mma_gemm(x, m, w, y),
             Kernel::GroupedScalar | Kernel::GroupedMma => Err(not_applicable(
                 kernel,
-                linear_unfit(kernel, m, w.shape(), w.bits(), false, self.has_wgmma()).unwrap_or("not a linear kernel"),
+                linear_unfit(kernel, m, w.shape(), w.bits(), false, self.wgmma_slots(w.bits(), T::DTYPE).as_ref())
+                    .unwrap_or("not a linear kernel"),
             )),
         }
     }

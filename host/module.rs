@@ -1,5 +1,6 @@
 //! The embedded PTX and the table of its kernels, resolved once per Context.
 
+use crate::wgmma_plan::Slots;
 use crate::{Dtype, Error, Result};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
@@ -314,9 +315,44 @@ pub(crate) struct Kernels {
     /// Scalar GEMV instances (dense and grouped).
     pub gemv: crate::gemv::GemvKernels,
     /// Warpgroup tensor-core GEMM instances (sm_90 only), in
-    /// [`names::all_wgmma`] order, with the blocks of each that fit an SM;
-    /// empty elsewhere.
-    pub wgmma: Vec<(CudaFunction, u32)>,
+    /// [`names::all_wgmma`] order, with the blocks of each that fit an SM
+    /// and the blocks of a launch resident at once by cluster size; empty
+    /// elsewhere.
+    pub wgmma: Vec<(CudaFunction, u32, Slots)>,
+}
+
+/// The blocks of `f` (`threads` threads, `smem` bytes of dynamic shared
+/// memory) resident at once by cluster size, from the driver; `single`
+/// without clusters.
+fn cluster_slots(f: &CudaFunction, threads: u32, smem: u32, single: u32) -> Result<Slots> {
+    use cudarc::driver::sys;
+    let mut slots = [single; kbit_format::wgmma::MAX_SPLITS as usize + 1];
+    for (s, slot) in slots.iter_mut().enumerate().skip(2) {
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+            pad: [0; 4],
+            value: unsafe { std::mem::zeroed() },
+        };
+        attr.value.clusterDim.x = s as u32;
+        attr.value.clusterDim.y = 1;
+        attr.value.clusterDim.z = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: s as u32,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: threads,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: smem,
+            hStream: std::ptr::null_mut(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let mut clusters = 0;
+        unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, f.cu_function(), &config) }.result()?;
+        *slot = clusters.max(0) as u32 * s as u32;
+    }
+    Ok(Slots(slots))
 }
 
 fn bits_slot(bits: u32) -> usize {
@@ -356,6 +392,9 @@ impl Kernels {
             let max_smem = ctx.attribute(
                 cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
             )?;
+            let sms =
+                ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+            let sms = sms.max(1) as u32;
             for (i, name) in names::all_wgmma().into_iter().enumerate() {
                 let f = get(name)?;
                 let smem = kbit_format::wgmma::smem_bytes(BITS[i / MMA_DTYPES.len()]);
@@ -364,7 +403,8 @@ impl Kernels {
                 f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, max_smem)?;
                 let threads = kbit_format::wgmma::THREADS;
                 let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(threads, smem as usize, None)?;
-                wgmma.push((f, per_sm.max(1)));
+                let slots = cluster_slots(&f, threads, smem, per_sm.max(1) * sms)?;
+                wgmma.push((f, per_sm.max(1), slots));
             }
         }
         Ok(Self {

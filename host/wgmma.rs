@@ -2,13 +2,16 @@
 //! dequant GEMM `y[M, N] = x[M, K] · Wᵀ` of the sm_90a module
 //! (`kernels-gpu/src/wgmma.rs`). Weights are dequantized in registers into
 //! the A operand of `wgmma.m64n128k16`; blocks of 128 activation rows × 128
-//! output columns, one per (row tile, column tile), no split-K. The
-//! activations reach shared memory by tensor copies (TMA) through a tensor
-//! map of `x` that each call encodes on the host and passes by value.
+//! output columns, with split-K where the tiles are too few for the SMs
+//! ([`crate::wgmma_plan`]: a split tile's blocks are one cluster and add
+//! their partials in distributed shared memory). The activations reach
+//! shared memory by tensor copies (TMA) through a tensor map of `x` that
+//! each call encodes on the host and passes by value.
 
 use crate::launch::{self, args};
 use crate::linear::Kernel;
-use crate::{Context, Dtype, Element, Error, KbitWeight, Result};
+use crate::wgmma_plan::{self, Slots, WgmmaPlan};
+use crate::{Context, Dtype, Element, Error, KbitWeight, MmaOptions, Result};
 use cudarc::driver::sys::{
     self, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave, CUtensorMapL2promotion,
     CUtensorMapSwizzle,
@@ -61,11 +64,31 @@ impl Context {
         !self.kernels.wgmma.is_empty()
     }
 
+    /// The warpgroup GEMM's resident blocks by cluster size on this device
+    /// for `bits`-bit weights and `dtype` activations (what
+    /// [`wgmma_plan::plan`] plans split tiles with), or `None` off sm_90 or
+    /// for an instance that does not exist.
+    ///
+    /// ```no_run
+    /// let ctx = kbit::Context::new(0)?;
+    /// if let Some(slots) = ctx.wgmma_slots(4, kbit::Dtype::F16) {
+    ///     println!("clusters of 4: {} blocks at once", slots.get(4));
+    /// }
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
+    pub fn wgmma_slots(&self, bits: u32, dtype: Dtype) -> Option<Slots> {
+        if !self.has_wgmma() || !(2..=5).contains(&bits) || dtype == Dtype::F32 {
+            return None;
+        }
+        Some(self.kernels.wgmma[slot(bits, dtype)].2)
+    }
+
     /// `y[m, N] = x[m, K] · Wᵀ` on sm_90's warpgroup tensor cores for any
     /// `m ≥ 1`, f16 or bf16 `x` and `y` (row-major, contiguous). The weight
     /// is dequantized once per 128 rows of `x`, in registers, with the
     /// numerics of [`Context::mma_gemm`] (`T(T(cb)·T(amax))` weights, f32
-    /// accumulation). Asynchronous; allocates nothing.
+    /// accumulation), and K is split where the output tiles are too few
+    /// for the SMs. Asynchronous; allocates nothing.
     ///
     /// ```no_run
     /// use half::f16;
@@ -95,6 +118,25 @@ impl Context {
         w: &KbitWeight,
         y: &mut impl DevicePtrMut<T>,
     ) -> Result<()> {
+        self.wgmma_gemm_with(x, m, w, y, MmaOptions::default()).map(|_| ())
+    }
+
+    /// [`Context::wgmma_gemm`] with an explicit split-K policy and SM count
+    /// (`opts.splits`, `opts.sm_count_override`; see
+    /// [`wgmma_plan::plan`]); returns the plan it launched.
+    ///
+    /// # Errors
+    /// As [`Context::wgmma_gemm`], plus [`Error::SplitK`] for `Fixed(0)`,
+    /// more than 8 fixed splits, stream-K, an SM count of 0, or
+    /// `opts.stage_tiles` (this kernel's stages are fixed).
+    pub fn wgmma_gemm_with<T: Element>(
+        &self,
+        x: &impl DevicePtr<T>,
+        m: usize,
+        w: &KbitWeight,
+        y: &mut impl DevicePtrMut<T>,
+        opts: MmaOptions,
+    ) -> Result<WgmmaPlan> {
         if !self.has_wgmma() {
             let why = "the warpgroup GEMM needs an sm_90 GPU";
             return Err(Error::NotApplicable { kernel: Kernel::Mma, why: why.into() });
@@ -102,26 +144,24 @@ impl Context {
         if T::DTYPE == Dtype::F32 {
             return Err(Error::Mismatch { what: "wgmma_gemm dtype", left: "f32".into(), right: "f16 or bf16".into() });
         }
-        // The tensor copies address rows with 32-bit signed coordinates.
-        let max = i32::MAX as usize;
-        if m == 0 || m > max {
-            return Err(Error::Rows { m, max });
+        if let Some(kt) = opts.stage_tiles {
+            let reason = "the warpgroup GEMM's stages hold one K tile each".into();
+            return Err(Error::SplitK { what: "stage_tiles", value: kt as usize, reason });
         }
         let shape = w.shape();
+        let (f, per_sm, slots) = &self.kernels.wgmma[slot(w.bits(), T::DTYPE)];
+        let slots = opts.sm_count_override.map_or(*slots, Slots::uniform);
+        let plan = wgmma_plan::plan(m, shape.n, shape.k, &slots, opts.splits)?;
         let (xp, [packed, scales, cb]) = self.gemm_operands(x, m, w, y.len())?;
         let (yp, _guard) = y.device_ptr_mut(self.stream());
-        let (mu, n, k) = (m as u32, shape.n as u32, shape.k as u32);
-        let grid = (mu.div_ceil(geo::TILE_M), n.div_ceil(geo::TILE_N), 1);
-        let (f, per_sm) = &self.kernels.wgmma[slot(w.bits(), T::DTYPE)];
-        // Residency is judged on all the launch's blocks.
-        let blocks = (grid.0 as u64 * grid.1 as u64).min(u32::MAX as u64) as u32;
         let smem = geo::smem_bytes(w.bits());
         let mut cfg =
-            LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (geo::THREADS, 1, 1), shared_mem_bytes: smem };
+            LaunchConfig { grid_dim: (plan.blocks, 1, 1), block_dim: (geo::THREADS, 1, 1), shared_mem_bytes: smem };
         let programmatic = self.programmatic_now(&mut cfg, *per_sm);
-        cfg.grid_dim = grid;
         let map = x_map(xp, m, shape.k)?;
-        let mut a = args![packed, scales, cb, yp, mu, n, k, map];
-        unsafe { launch::launch(self.stream(), f, cfg, programmatic, &mut a) }
+        let p = plan;
+        let mut a = args![packed, scales, cb, yp, p.m, p.n, p.k, p.tiles_per_split, map, p.full, p.splits];
+        unsafe { launch::launch_clustered(self.stream(), f, cfg, programmatic, p.splits, &mut a) }?;
+        Ok(plan)
     }
 }

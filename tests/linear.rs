@@ -13,7 +13,9 @@ mod common;
 
 use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
-use kbit::{Codebook, Context, Element, Error, KbitWeight, Kernel, ScaleMode, Shape, TiledWeight, reference};
+use kbit::splitk::Splits;
+use kbit::wgmma_plan::Slots;
+use kbit::{Codebook, Context, Dtype, Element, Error, KbitWeight, Kernel, ScaleMode, Shape, TiledWeight, reference};
 use rand::Rng;
 use rand::rngs::SmallRng;
 
@@ -81,10 +83,13 @@ fn check_linear<T: Element>(
 }
 
 /// The kernel automatic dispatch picks for M rows of a dense `shape`
-/// layer of `bits` bits, on a device with (`wgmma`, sm_90) or without the
-/// warpgroup GEMM.
-fn expected_kernel(m: usize, shape: Shape, bits: u32, wgmma: bool) -> Kernel {
+/// layer of `bits` bits, on a device with the warpgroup GEMM (sm_90, with
+/// its resident blocks by cluster size) or without.
+fn expected_kernel(m: usize, shape: Shape, bits: u32, wgmma: Option<Slots>) -> Kernel {
     let weights = shape.n * shape.k;
+    // The warpgroup GEMM's plan cuts K (its tiles leave SMs idle).
+    let splits = |s: &Slots| kbit::wgmma_plan::plan(m, shape.n, shape.k, s, Splits::Auto).unwrap().splits > 1;
+    let split_or = |least: usize| wgmma.is_some_and(|s| weights >= least || (weights >= 1 << 23 && splits(&s)));
     match m {
         4 if weights >= 1 << 20 => Kernel::Mma,
         3 if (weights > 1 << 23 && bits <= 4) || weights >= 1 << 27 => Kernel::Mma,
@@ -92,9 +97,9 @@ fn expected_kernel(m: usize, shape: Shape, bits: u32, wgmma: bool) -> Kernel {
         1..=4 => Kernel::Scalar,
         5..=32 => Kernel::Mma,
         33..=64 if shape.k >= 4096 || shape.n * shape.k >= 1 << 24 => Kernel::Mma,
-        65..=128 if wgmma && weights >= 1 << 24 => Kernel::Mma,
-        129..=256 if wgmma && weights >= 1 << 25 => Kernel::Mma,
-        257..=512 if wgmma && weights >= 1 << 27 => Kernel::Mma,
+        65..=128 if wgmma.is_some() && weights >= 1 << 23 => Kernel::Mma,
+        129..=256 if split_or(1 << 24) => Kernel::Mma,
+        257..=512 if split_or(1 << 27) => Kernel::Mma,
         _ => Kernel::DequantCublas,
     }
 }
@@ -123,7 +128,7 @@ fn linear_matches_reference_on_design_shapes() {
                 };
                 assert_eq!(
                     kernel,
-                    expected_kernel(MS[mi], shape, bits, ctx.has_wgmma()),
+                    expected_kernel(MS[mi], shape, bits, ctx.wgmma_slots(bits, Dtype::F16)),
                     "{what}: dispatch at M = {}",
                     MS[mi]
                 );
@@ -161,9 +166,10 @@ fn linear_dispatch_around_the_crossovers() {
     // and M = 3 at every k; below 2^20 the scalar GEMV takes all of M ≤ 4.
     // M = 48: the MMA kernel on the large matrix (K ≥ 4096) and from 2^24
     // weights, dequant + cuBLAS on the short-K ones; M = 56 likewise, on
-    // sm_90 the warpgroup GEMM from 2^24 weights. M = 100 and 200: on sm_90
-    // the warpgroup GEMM from 2^24 and 2^25 weights, elsewhere dequant +
-    // cuBLAS. Every result checked against the reference.
+    // sm_90 the warpgroup GEMM from 2^24 weights. M = 100: on sm_90 the
+    // warpgroup GEMM from 2^23 weights; M = 200 from 2^24, and from 2^23
+    // where its plan splits K; elsewhere dequant + cuBLAS. Every result
+    // checked against the reference.
     let test = "linear_dispatch_around_the_crossovers";
     let _serial = serial();
     let Some(ctx) = common::gpu(test) else { return };
@@ -181,7 +187,11 @@ fn linear_dispatch_around_the_crossovers() {
             let what = format!("[{n},{k}] k={bits}");
             for &m in ms {
                 let kernel = check_linear::<f16>(&ctx, &mut rng, &w, &want_w, m, &what);
-                assert_eq!(kernel, expected_kernel(m, shape, bits, ctx.has_wgmma()), "{what}: dispatch at M = {m}");
+                assert_eq!(
+                    kernel,
+                    expected_kernel(m, shape, bits, ctx.wgmma_slots(bits, Dtype::F16)),
+                    "{what}: dispatch at M = {m}"
+                );
                 let mma_at_small_m = match m {
                     2 => (n * k >= 1 << 27 && bits <= 4) || (n * k >= 1 << 24 && bits == 2),
                     3 => (n * k > 1 << 23 && bits <= 4) || n * k >= 1 << 27,
@@ -321,7 +331,10 @@ fn linear_rejects_bad_arguments() {
     // Wrong dtype pairing cannot compile (x and y share T); a bf16 call works.
     let xb = s.alloc_zeros::<bf16>(m * 128).unwrap();
     let mut yb = s.alloc_zeros::<bf16>(m * 64).unwrap();
-    assert_eq!(ctx.linear(&xb, m, &w, &mut yb).unwrap(), expected_kernel(m, w.shape(), w.bits(), ctx.has_wgmma()));
+    assert_eq!(
+        ctx.linear(&xb, m, &w, &mut yb).unwrap(),
+        expected_kernel(m, w.shape(), w.bits(), ctx.wgmma_slots(w.bits(), Dtype::F16))
+    );
     ctx.synchronize().unwrap();
 }
 

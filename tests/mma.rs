@@ -27,8 +27,10 @@ mod common;
 
 use half::{bf16, f16};
 use kbit::splitk::{self, Limits, Splits, TileConfig};
+use kbit::wgmma_plan::Slots;
 use kbit::{Codebook, Context, Element, Error, MmaOptions, ScaleMode, Shape, TiledWeight, reference};
 use kbit_format::mma as geo;
+use kbit_format::wgmma as geo_wg;
 use kbit_format::{planes, tile};
 use rand::Rng;
 use rand::rngs::SmallRng;
@@ -1260,4 +1262,179 @@ fn wgmma_gemm_matches_the_f64_references() {
         }
     }
     eprintln!("wgmma_gemm: {cases} cases match");
+}
+
+/// Resident blocks of the warpgroup GEMM on an H100 by cluster size (from
+/// `Context::wgmma_slots` on that GPU).
+const H100_SLOTS: Slots = Slots([132, 132, 132, 117, 120, 110, 102, 105, 120]);
+
+/// Checks a warpgroup plan: its blocks cover every output tile's K tiles
+/// exactly once, no split is empty, and a split tile's blocks are one
+/// cluster of `splits` consecutive blocks, cluster rank = split.
+fn check_wgmma_plan(p: &kbit::WgmmaPlan, what: &str) {
+    assert_eq!(p.k_tiles as usize, (p.k as usize).div_ceil(64), "{what}");
+    assert!(p.splits >= 1 && p.tiles_per_split >= 1 && p.full <= p.tiles(), "{what}: {p:?}");
+    assert!(p.splits <= p.k_tiles.min(geo_wg::MAX_SPLITS), "{what}: {p:?}");
+    assert_eq!(p.blocks as u64, p.full as u64 + (p.tiles() - p.full) as u64 * p.splits as u64, "{what}");
+    assert!(p.full.is_multiple_of(p.splits) && p.blocks.is_multiple_of(p.splits), "{what}: clusters of {}", p.splits);
+    let mut next = vec![0u32; p.tiles() as usize];
+    let mut pieces = vec![0u32; p.tiles() as usize];
+    for b in 0..p.blocks {
+        let w = p.work(b);
+        assert!(w.tile < p.tiles() && w.kt0 < w.kt1, "{what}: block {b} {w:?}");
+        assert_eq!(w.kt0, next[w.tile as usize], "{what}: block {b} K ranges not contiguous");
+        assert_eq!(w.split, pieces[w.tile as usize], "{what}: block {b} out of split order");
+        if w.splits > 1 {
+            assert_eq!(b % p.splits, w.split, "{what}: block {b} is not cluster rank {}", w.split);
+            assert_eq!((b - w.split - p.full) / p.splits + p.full, w.tile, "{what}: block {b}");
+        }
+        next[w.tile as usize] = w.kt1;
+        pieces[w.tile as usize] += 1;
+    }
+    for t in 0..p.tiles() {
+        assert_eq!(next[t as usize], p.k_tiles, "{what}: tile {t} does not cover K");
+        let want = if t < p.full { 1 } else { p.splits };
+        assert_eq!(pieces[t as usize], want, "{what}: tile {t}");
+        assert!(!p.tile_rows(t).is_empty() && !p.tile_columns(t).is_empty(), "{what}: tile {t}");
+    }
+}
+
+#[test]
+fn wgmma_planner_covers_every_tile_once_with_no_empty_split() {
+    use kbit::wgmma_plan;
+    let mut n_plans = 0;
+    for sms in [132u32, 128, 114, 7, 1] {
+        for (k, n) in planner_shapes() {
+            for m in [1usize, 65, 128, 300, 512, 1024, 4096] {
+                let requests = [Splits::Auto, Splits::Max, Splits::Fixed(1), Splits::Fixed(3), Splits::Fixed(8)];
+                for req in requests {
+                    let what = format!("sms {sms} K {k} N {n} M {m} {req:?}");
+                    let p =
+                        wgmma_plan::plan(m, n, k, &Slots::uniform(sms), req).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    check_wgmma_plan(&p, &what);
+                    let k_tiles = k.div_ceil(64) as u32;
+                    match req {
+                        Splits::Fixed(1) => {
+                            assert_eq!((p.splits, p.full, p.blocks), (1, p.tiles(), p.tiles()), "{what}")
+                        }
+                        Splits::Fixed(r) => assert_eq!(p.splits, splitk::normalize_splits(k_tiles, r).0, "{what}"),
+                        Splits::Max => assert_eq!(p.splits, splitk::normalize_splits(k_tiles, 8).0, "{what}"),
+                        _ => {}
+                    }
+                    n_plans += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{n_plans} warpgroup plans checked");
+}
+
+#[test]
+fn wgmma_auto_splits_fill_the_sms_that_few_tiles_leave_idle() {
+    use kbit::wgmma_plan::plan;
+    let p = |m, n, k| plan(m, n, k, &H100_SLOTS, Splits::Auto).unwrap();
+    // Qwen3 `down` / `o` at M = 128: 16 tiles on 132 SMs, K cut in 6
+    // (clusters of 6: 102 blocks at once, one wave).
+    assert_eq!((p(128, 2048, 5120).splits, p(128, 2048, 5120).blocks), (6, 96));
+    assert_eq!(p(128, 2048, 4096).splits, 6);
+    // `kv` at M = 128: 4 tiles of 32 K tiles, 8 splits of 4.
+    assert_eq!((p(128, 512, 2048).splits, p(128, 512, 2048).tiles_per_split), (8, 4));
+    // At M = 512 (64 tiles) in two.
+    assert_eq!(p(512, 2048, 5120).splits, 2);
+    // `q` at M = 512: 128 tiles, one wave already.
+    assert_eq!(p(512, 4096, 2048).splits, 1);
+    // Llama-3-70B gate/up at M = 512: 896 tiles, whole waves do.
+    assert_eq!(p(512, 28672, 8192).splits, 1);
+    for (m, n, k) in [(512, 5120, 2048), (256, 5120, 2048), (384, 2048, 5120), (1024, 10240, 2048)] {
+        check_wgmma_plan(&p(m, n, k), &format!("M {m} N {n} K {k}"));
+    }
+}
+
+#[test]
+fn wgmma_planner_rejects_bad_requests_with_named_arguments() {
+    use kbit::wgmma_plan::plan;
+    let h100 = Slots::uniform(132);
+    assert!(matches!(plan(0, 64, 64, &h100, Splits::Auto), Err(Error::Rows { m: 0, .. })));
+    assert!(matches!(plan(1 << 31, 64, 64, &h100, Splits::Auto), Err(Error::Rows { .. })));
+    assert!(matches!(plan(8, 0, 64, &h100, Splits::Auto), Err(Error::OutFeatures)));
+    assert!(matches!(plan(8, 64, 48, &h100, Splits::Auto), Err(Error::InFeatures(48))));
+    assert!(matches!(plan(8, 64, 64, &Slots::uniform(0), Splits::Auto), Err(Error::SplitK { what: "sm_count", .. })));
+    assert!(matches!(plan(8, 64, 64, &h100, Splits::Fixed(0),), Err(Error::SplitK { what: "splits", .. })));
+    assert!(matches!(plan(8, 64, 64, &h100, Splits::Stream), Err(Error::SplitK { what: "splits", .. })));
+    let e = plan(8, 64, 8192, &h100, Splits::Fixed(9)).unwrap_err();
+    assert!(matches!(e, Error::SplitK { what: "splits", value: 9, .. }), "{e}");
+    // 2^27 rows of 2^17 columns: more blocks than a grid can hold.
+    assert!(matches!(plan(1 << 27, 1 << 17, 64, &h100, Splits::Auto), Err(Error::Rows { .. })));
+    // One K tile: nothing to split.
+    assert_eq!(plan(128, 128, 64, &h100, Splits::Max).unwrap().splits, 1);
+}
+
+/// `wgmma_gemm_with` under forced and automatic split counts and other SM
+/// counts (sm_90 only): every plan matches both references on fresh data
+/// with NaN-poisoned outputs, including K % 64 == 32 and ragged M and N
+/// tiles, and a plan repeated without clearing the workspace gives the same
+/// bits (the counters are left at zero).
+#[test]
+fn wgmma_split_k_matches_the_f64_references_on_every_plan() {
+    let Some(ctx) = common::gpu("wgmma_split_k_matches_the_f64_references_on_every_plan") else { return };
+    if !ctx.has_wgmma() {
+        eprintln!("SKIPPED (not sm_90): wgmma_split_k_matches_the_f64_references_on_every_plan");
+        return;
+    }
+    let mut rng = common::rng("wgmma_split_k_matches_the_f64_references_on_every_plan");
+    for bits in 2..=5 {
+        let slots = ctx.wgmma_slots(bits, kbit::Dtype::F16).unwrap();
+        eprintln!("k = {bits}: resident blocks by cluster size {:?}", slots.0);
+        for s in 1..=geo_wg::MAX_SPLITS {
+            let n = slots.get(s);
+            assert!(n >= s && n % s == 0 && n <= slots.get(1), "k = {bits}, clusters of {s}: {n}");
+        }
+    }
+    assert_eq!(ctx.wgmma_slots(6, kbit::Dtype::F16), None);
+    // (K, N, M, bits, bf16)
+    let cases = [
+        (2048, 512, 512, 4, false),
+        (5120, 2048, 300, 2, true),
+        (2080, 520, 200, 5, false),
+        (4096, 2048, 129, 3, true),
+        (96, 72, 65, 4, false),
+    ];
+    let policies = [Splits::Auto, Splits::Fixed(1), Splits::Fixed(3), Splits::Max, Splits::Fixed(5)];
+    let mut checked = 0;
+    for (k, n, m, bits, bf) in cases {
+        let shape = Shape::new(n, k).unwrap();
+        macro_rules! one {
+            ($t:ty) => {{
+                let p = prepare::<$t>(&ctx, &mut rng, k, n, bits);
+                let x: Vec<$t> = common::uniform(&mut rng, m * k);
+                let xd = ctx.stream().clone_htod(&x).unwrap();
+                for splits in policies {
+                    for sms in [None, Some(128), Some(132)] {
+                        let opts = MmaOptions { splits, sm_count_override: sms, stage_tiles: None };
+                        let mut y = ctx.stream().clone_htod(&vec![<$t>::NAN; m * n]).unwrap();
+                        let plan = ctx.wgmma_gemm_with(&xd, m, &p.dev, &mut y, opts).unwrap();
+                        let got = ctx.stream().clone_dtoh(&y).unwrap();
+                        let what = format!("wgmma M {m} K {k} N {n} k={bits} {splits:?} sms {sms:?}: {plan:?}");
+                        assert_matches(&what, &x, m, shape, &p, &got);
+                        let mut again = ctx.stream().clone_htod(&vec![<$t>::NAN; m * n]).unwrap();
+                        assert_eq!(ctx.wgmma_gemm_with(&xd, m, &p.dev, &mut again, opts).unwrap(), plan);
+                        common::assert_bits_eq(&ctx.stream().clone_dtoh(&again).unwrap(), &got, &what);
+                        checked += 1;
+                    }
+                }
+            }};
+        }
+        if bf {
+            one!(bf16);
+        } else {
+            one!(f16);
+        }
+    }
+    let opts = MmaOptions { stage_tiles: Some(2), ..MmaOptions::default() };
+    let p = prepare::<f16>(&ctx, &mut rng, 64, 64, 4);
+    let x = ctx.stream().alloc_zeros::<f16>(64 * 64).unwrap();
+    let mut y = ctx.stream().alloc_zeros::<f16>(64 * 64).unwrap();
+    let e = ctx.wgmma_gemm_with(&x, 64, &p.dev, &mut y, opts).unwrap_err();
+    assert!(matches!(e, Error::SplitK { what: "stage_tiles", .. }), "{e}");
+    eprintln!("wgmma split-K: {checked} plans match");
 }

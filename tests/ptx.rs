@@ -134,14 +134,15 @@ fn ptx_has_every_kernel_and_no_panic_path() {
     for name in kbit::module::names::all_wgmma() {
         assert!(!ptx.contains(&format!(".entry {name}(")), "{name} in the sm_89 module");
         assert!(sm90.contains(&format!(".entry {name}(")), "kernel {name} missing from the sm_90 module");
-        // The tensor map of x must be 64-aligned: it is the last parameter,
-        // after 4 pointers and 3 u32 (44 bytes), so it starts 48 bytes into
-        // the parameter block, 64-aligned on sm_90 (see the entry's docs).
+        // The tensor map of x must be 64-aligned: it follows 4 pointers and
+        // 4 u32 (48 bytes), so it starts 48 bytes into the parameter block,
+        // 64-aligned on sm_90 (see the entry's docs).
         let at = sm90.find(&format!(".entry {name}(")).unwrap();
         let params = &sm90[at..at + sm90[at..].find(')').unwrap()];
         let kinds: Vec<&str> = params.lines().skip(1).map(|l| l.split_whitespace().nth(1).unwrap_or("")).collect();
-        assert_eq!(kinds, [".u64", ".u64", ".u64", ".u64", ".u32", ".u32", ".u32", ".align"], "{name}: {params}");
-        assert!(params.contains(&format!(".param .align 16 .b8 {name}_param_7[128]")), "{name}: {params}");
+        let expect = [".u64", ".u64", ".u64", ".u64", ".u32", ".u32", ".u32", ".u32", ".align", ".u32", ".u32"];
+        assert_eq!(kinds, expect, "{name}: {params}");
+        assert!(params.contains(&format!(".param .align 16 .b8 {name}_param_8[128]")), "{name}: {params}");
     }
     for insn in [
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16",

@@ -9,6 +9,19 @@
 //! multiply; a producer warpgroup fills the pipeline: one tensor copy
 //! (TMA) per stage for the activations, `cp.async` for the weights.
 //!
+//! # Work of a block
+//!
+//! The output is cut into tiles of [`TILE_M`] rows × [`TILE_N`] columns,
+//! tile `t` at row tile `t % row_tiles` and column tile `t / row_tiles`
+//! (consecutive blocks share weight columns). A launch has `full` whole
+//! tiles and, with `splits > 1`, the tiles after them cut along K into
+//! `splits` ranges of `tps` K tiles (the last shorter, never empty): block
+//! `b < full` computes tile `b`, block `full + j` split `j % splits` of
+//! tile `full + j / splits` ([`work`]). The launch groups its blocks in
+//! clusters of `splits` (`full` is a multiple of it), so a split tile's
+//! blocks are one cluster, cluster rank = split, and add their partials
+//! through distributed shared memory.
+//!
 //! ```
 //! use kbit_format::wgmma as geo;
 //! // Activation (row 9, k 20) of a stage: row 9 at 9·128 bytes, its 16-byte
@@ -42,6 +55,43 @@ pub const ALIGN: u32 = 1024;
 /// Byte distance of adjacent groups of 8 activation rows (the descriptor's
 /// stride offset): one swizzle atom.
 pub const SBO: u32 = 1024;
+
+/// Most K splits of a tile: its blocks form one thread-block cluster, at
+/// most 8 blocks (the portable cluster size).
+pub const MAX_SPLITS: u32 = 8;
+
+/// What one block computes: output tile `tile` (see the module docs) over
+/// K tiles `kt0 .. kt1`, split `split` of that tile's `splits`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Work {
+    pub tile: u32,
+    pub split: u32,
+    pub splits: u32,
+    pub kt0: u32,
+    pub kt1: u32,
+}
+
+/// The work of block `b` of a launch with `full` whole tiles, then tiles
+/// cut into `splits` K ranges of `tps` K tiles (`splits = ceil(k_tiles /
+/// tps)`, so that none is empty).
+///
+/// ```
+/// use kbit_format::wgmma::{work, Work};
+/// // 2 whole tiles, then 3 splits of 11, 11 and 10 of 32 K tiles.
+/// assert_eq!(work(1, 2, 3, 11, 32), Work { tile: 1, split: 0, splits: 1, kt0: 0, kt1: 32 });
+/// assert_eq!(work(7, 2, 3, 11, 32), Work { tile: 3, split: 2, splits: 3, kt0: 22, kt1: 32 });
+/// ```
+#[inline(always)]
+pub const fn work(b: u32, full: u32, splits: u32, tps: u32, k_tiles: u32) -> Work {
+    if b < full || splits <= 1 {
+        return Work { tile: b, split: 0, splits: 1, kt0: 0, kt1: k_tiles };
+    }
+    let j = b - full;
+    let split = j % splits;
+    let kt0 = split * tps;
+    let end = kt0 + tps;
+    Work { tile: full + j / splits, split, splits, kt0, kt1: if end < k_tiles { end } else { k_tiles } }
+}
 
 /// 16-byte chunks of a stage's plane span: the 2·k words of 128 columns,
 /// fetched from the 16-byte boundary below its start (one chunk more).

@@ -268,26 +268,26 @@ pub unsafe extern "ptx-kernel" fn kbit_moe_scatter_b16(
 macro_rules! wgmma_entries {
     ($($name:ident: $k:literal, $t:ty;)*) => {$(
         /// Warpgroup tensor-core dequant GEMM (`wgmma::run`), k, dtype. In
-        /// the sm_90a module only (`kbit::module::ptx_for`). The last
-        /// parameter is the tensor map of `x`, by value; the tensor copies
-        /// read it where it lies, through its generic address. It follows
-        /// 44 bytes of parameters, so at its 16-byte alignment it starts 48
-        /// bytes into the parameter block, at constant-bank offset 0x240 on
-        /// sm_90 (the block starts at 0x210): 64-aligned, as a tensor map
-        /// must be.
+        /// the sm_90a module only (`kbit::module::ptx_for`). Parameter 8
+        /// is the tensor map of `x`, by value; the tensor copies read it
+        /// where it lies, through its generic address. It follows 48 bytes
+        /// of parameters, so it starts 48 bytes into the parameter block,
+        /// at constant-bank offset 0x240 on sm_90 (the block starts at
+        /// 0x210): 64-aligned, as a tensor map must be. The split plan's
+        /// other two parameters come after it.
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(
             packed: *const u32, scales: *const u8, cb: *const f32, y: *mut u16,
-            m: u32, n: u32, k: u32, _x_map: wgmma::TensorMap,
+            m: u32, n: u32, k: u32, tps: u32, _x_map: wgmma::TensorMap, full: u32, splits: u32,
         ) {
             let map: u64;
             unsafe {
                 core::arch::asm!(
-                    concat!("{{ .reg .b64 t; mov.b64 t, ", stringify!($name), "_param_7; cvta.param.u64 {m}, t; }}"),
+                    concat!("{{ .reg .b64 t; mov.b64 t, ", stringify!($name), "_param_8; cvta.param.u64 {m}, t; }}"),
                     m = out(reg64) map,
                 )
             };
-            let a = wgmma::Args { map, packed, scales, cb, y, m, n, k };
+            let a = wgmma::Args { map, packed, scales, cb, y, m, n, k, full, splits, tps };
             unsafe { wgmma::run::<$k, $t>(&a) }
         }
     )*};

@@ -220,3 +220,40 @@ pub unsafe fn tma_load_2d(dst: u32, map: u64, c0: i32, c1: i32, bar: u32) {
         )
     }
 }
+
+/// `barrier.cluster.arrive.release` then `barrier.cluster.wait.acquire`
+/// (both `.aligned`): every thread of every block of the cluster arrives,
+/// and none goes on before all have; shared-memory writes before it are
+/// visible to the cluster's reads after it. All threads of each warp
+/// execute it. sm_90.
+#[inline(always)]
+pub fn cluster_sync() {
+    unsafe { asm!("barrier.cluster.arrive.release.aligned;", "barrier.cluster.wait.acquire.aligned;") }
+}
+
+/// `mapa.shared::cluster.u32`: the address, in the cluster's shared
+/// window, of shared address `addr` of the block with cluster rank `rank`.
+/// sm_90.
+#[inline(always)]
+pub fn mapa(addr: u32, rank: u32) -> u32 {
+    let d: u32;
+    unsafe {
+        asm!("mapa.shared::cluster.u32 {d}, {a}, {r};", d = out(reg32) d, a = in(reg32) addr, r = in(reg32) rank)
+    };
+    d
+}
+
+/// `ld.shared::cluster.v4.u32`: 16 bytes at `addr` of the cluster's shared
+/// window ([`mapa`]). sm_90.
+///
+/// # Safety
+/// `addr` is 16-aligned inside a block of the cluster that has not exited.
+#[inline(always)]
+pub unsafe fn ld_cluster_v4(addr: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    unsafe {
+        asm!("ld.shared::cluster.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+             a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg32) addr)
+    }
+    [a, b, c, d]
+}

@@ -5,7 +5,8 @@
 //!
 //! # Block tile and thread maps (`kbit_format::wgmma`)
 //!
-//! Block (bx, by) computes activation rows `128·bx ..` (rows past M
+//! A block computes one output tile, or one K split of it
+//! ([`geo::work`]): activation rows `128·bx ..` (rows past M
 //! zero-filled, never stored) × weight columns `128·by ..` with two
 //! consumer warpgroups (threads 0..256). Warpgroup j owns columns `64j .. 64j + 63` of the tile, warp
 //! w (0..4 in the warpgroup) 16 of them, and lane (g = l / 4, t = l % 4)
@@ -40,6 +41,19 @@
 //! `cp.async` and read by the decode, both in the generic one, so no proxy
 //! fence is needed. The copy issue never sits between a consumer's MMAs,
 //! and the two consumer warpgroups never wait for each other.
+//!
+//! # Split-K
+//!
+//! The blocks of a split tile are one thread-block cluster, cluster rank
+//! = split. Each leaves its f32 partial in its own shared memory (over the
+//! stages, which no one reads any more), 16-byte chunks in thread order
+//! (chunk c of consumer thread t at `16·(256·c + t)`: accumulators `4c ..
+//! 4c + 3`); a cluster barrier publishes them; split s then adds chunks s,
+//! s + splits, … of every block's partial through distributed shared
+//! memory in split order 0, 1, … (the same sums whichever block finishes
+//! first) and writes y; a second cluster barrier keeps every block's
+//! shared memory alive until all reads are done. No global workspace, no
+//! counters, no fences.
 
 use crate::fragment::{self, MmaElem};
 use crate::ptx;
@@ -74,7 +88,8 @@ impl WgmmaElem for crate::elem::Bf16 {
 pub struct TensorMap(pub [u64; 16]);
 
 /// Kernel arguments (validated by the host: K % 32 == 0, x 16-aligned,
-/// M, N ≥ 1, M < 2^31).
+/// M, N ≥ 1, M < 2^31; the split plan of [`geo::work`], launched with
+/// clusters of `splits` blocks and `full` a multiple of `splits`).
 pub struct Args {
     /// Generic address of the tensor map of `x` (`[M, K]` 16-bit values,
     /// boxes of 64 × 128 with the 128-byte swizzle): a kernel parameter.
@@ -86,6 +101,10 @@ pub struct Args {
     pub m: u32,
     pub n: u32,
     pub k: u32,
+    /// Whole tiles, then splits per tile and K tiles per split.
+    pub full: u32,
+    pub splits: u32,
+    pub tps: u32,
 }
 
 /// Global byte offsets of one K tile's plane and scale spans for the
@@ -204,14 +223,19 @@ unsafe fn decode<const K: usize, T: MmaElem>(st: u32, sp: Spans, tbl: u32, ln: &
 ///
 /// # Safety
 /// Launched with [`geo::THREADS`] threads, [`geo::smem_bytes`]`(K)` bytes of
-/// dynamic shared memory and a grid of `(ceil(M / 128), ceil(N / 128))`;
-/// the pointers hold what [`Args`] says.
+/// dynamic shared memory, a grid of `full + (tiles − full)·splits`
+/// blocks (tiles = `ceil(M / 128)·ceil(N / 128)`) in clusters of `splits`
+/// blocks; the pointers hold what [`Args`] says.
 #[inline(always)]
 pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
     let kb = K as u32;
     let tid = ptx::tid();
-    let m0 = geo::TILE_M * ptx::bid();
-    let n0 = geo::TILE_N * ptx::bid_y();
+    let k_tiles = a.k.div_ceil(64);
+    let wk = geo::work(ptx::bid(), a.full, a.splits, a.tps, k_tiles);
+    let rows = a.m.div_ceil(geo::TILE_M).max(1);
+    let (bx, by) = (wk.tile % rows, wk.tile / rows);
+    let m0 = geo::TILE_M * bx;
+    let n0 = geo::TILE_N * by;
     let tbl = ptx::smem_base();
     // Stages start on a swizzle atom (the tensor copy and the descriptor
     // apply the swizzle to absolute shared addresses).
@@ -225,12 +249,13 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
     let full = |kt: u32| bars + 8 * (kt % geo::STAGES);
     let empty = |kt: u32| bars + 8 * (geo::STAGES + kt % geo::STAGES);
     let phase = |kt: u32| (kt / geo::STAGES) & 1;
-    let k_tiles = a.k.div_ceil(64);
-    // Step `i` of the block's walk computes K tile `(i + by) mod k_tiles`:
-    // the column blocks of a row tile, which read the same activations,
-    // start at different K tiles instead of all requesting the same lines.
-    let first = ptx::bid_y() % k_tiles.max(1);
-    let tile = |i: u32| if i + first >= k_tiles { i + first - k_tiles } else { i + first };
+    // Step `i` of the block's walk over its `len` K tiles computes K tile
+    // `kt0 + (i + by) mod len`: the column blocks of a row tile, which
+    // read the same activations, start at different K tiles instead of all
+    // requesting the same lines.
+    let len = wk.kt1 - wk.kt0;
+    let first = by % len.max(1);
+    let tile = |i: u32| wk.kt0 + if i + first >= len { i + first - len } else { i + first };
 
     if tid < geo::CONSUMERS {
         let table = unsafe { fragment::load_table::<K, 1>(a.cb, tid) };
@@ -255,7 +280,7 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
         // counted on the stage's full barrier when they land.
         let p = tid - geo::CONSUMERS;
         let cp = Copier::new::<K>(a);
-        for kt in 0..k_tiles {
+        for kt in 0..len {
             if kt >= geo::STAGES {
                 unsafe { ptx90a::mbarrier_wait(empty(kt), phase(kt) ^ 1) };
             }
@@ -268,6 +293,11 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
             unsafe { ptx90a::cp_async_mbarrier_arrive(full(kt)) };
         }
         ptx::cp_async_wait::<0>();
+        // The consumers' two cluster barriers of a split tile.
+        if wk.splits > 1 {
+            ptx90a::cluster_sync();
+            ptx90a::cluster_sync();
+        }
         return;
     }
 
@@ -301,7 +331,7 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
                 unsafe { ptx90a::mbarrier_arrive(empty(kt - 1)) };
             }
             kt += 1;
-            if kt == k_tiles {
+            if kt == len {
                 ptx90a::wgmma_wait::<0>(&mut acc, &$cur);
                 break;
             }
@@ -315,15 +345,48 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
     }
 
     // Epilogue: accumulator i is (activation row d_row, weight column
-    // d_col). Constant indices keep the accumulators in registers.
-    macro_rules! each_acc {
-        ($($i:literal)*) => {$({
-            let row = m0 + geo::d_row(lane, $i);
-            let col = n0 + geo::d_col(warp, lane, $i);
-            if row < a.m && col < a.n {
-                unsafe { *a.y.add(row as usize * a.n as usize + col as usize) = T::from_f32(acc[$i]) };
+    // d_col).
+    let put = |i: u32, v: f32| {
+        let row = m0 + geo::d_row(lane, i);
+        let col = n0 + geo::d_col(warp, lane, i);
+        if row < a.m && col < a.n {
+            unsafe { *a.y.add(row as usize * a.n as usize + col as usize) = T::from_f32(v) };
+        }
+    };
+    if wk.splits > 1 {
+        // Split-K (see the module docs). Both consumer warpgroups' MMAs
+        // are done reading the stages before the partial overwrites them.
+        ptx::bar_sync_named(1, geo::CONSUMERS);
+        let chunk = |c: u32| st0 + 16 * (geo::CONSUMERS * c + tid);
+        // Constant chunk indices keep the accumulators in registers.
+        macro_rules! park {
+            ($($c:literal)*) => {$(unsafe {
+                let v = [acc[4 * $c], acc[4 * $c + 1], acc[4 * $c + 2], acc[4 * $c + 3]];
+                ptx::st_shared_v4(chunk($c), v.map(f32::to_bits))
+            };)*};
+        }
+        park!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+        ptx90a::cluster_sync();
+        let mut c = wk.split;
+        while c < 16 {
+            let mut sum = unsafe { ptx90a::ld_cluster_v4(ptx90a::mapa(chunk(c), 0)) }.map(f32::from_bits);
+            for r in 1..wk.splits {
+                let v = unsafe { ptx90a::ld_cluster_v4(ptx90a::mapa(chunk(c), r)) };
+                sum = [0, 1, 2, 3].map(|e| sum[e] + f32::from_bits(v[e]));
             }
-        })*};
+            put(4 * c, sum[0]);
+            put(4 * c + 1, sum[1]);
+            put(4 * c + 2, sum[2]);
+            put(4 * c + 3, sum[3]);
+            c += wk.splits;
+        }
+        ptx90a::cluster_sync();
+        return;
+    }
+
+    // Constant indices keep the accumulators in registers.
+    macro_rules! each_acc {
+        ($($i:literal)*) => {$( put($i, acc[$i]); )*};
     }
     each_acc!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63);
 }

@@ -1,0 +1,215 @@
+//! Split-K planning for the warpgroup tensor-core GEMM (sm_90, kernel 2 at
+//! large M): a pure function of the shape and the SM count, tested without
+//! a GPU.
+//!
+//! The output is cut into `tiles = row_tiles · col_tiles` tiles of 128
+//! activation rows × 128 weight columns, each a block of one SM (the
+//! pipeline takes most of the shared memory). A grid of one block per
+//! tile leaves SMs idle where the tiles are few (Qwen3 `down` at M = 128:
+//! 16 tiles of 80 K tiles each on 132 SMs) or end in a thin last wave. The
+//! plan keeps `full` tiles whole (whole waves, a multiple of the split
+//! count) and cuts each later tile into `splits` K ranges
+//! ([`kbit_format::wgmma::work`]); a split tile's blocks run as one
+//! thread-block cluster and add their partials in shared memory, so the
+//! plan needs no workspace.
+//!
+//! ```
+//! use kbit::splitk::Splits;
+//! use kbit::wgmma_plan::{Slots, plan};
+//! // 128 rows of Qwen3 `down` (5120 → 2048) on an H100: 16 tiles of 80 K
+//! // tiles, each cut in 6 (96 blocks; clusters of 6 hold 102 at once).
+//! let h100 = Slots([132, 132, 132, 117, 120, 110, 102, 105, 120]);
+//! let p = plan(128, 2048, 5120, &h100, Splits::Auto)?;
+//! assert_eq!((p.tiles(), p.full, p.splits, p.blocks), (16, 0, 6, 96));
+//! # Ok::<(), kbit::Error>(())
+//! ```
+
+use crate::splitk::{Splits, normalize_splits};
+use crate::{Error, Result};
+use kbit_format::wgmma::{self as geo, Work};
+use std::ops::Range;
+
+/// How many blocks of one launch can be resident at once, by cluster size
+/// (index s = 1..=[`geo::MAX_SPLITS`]): a cluster's blocks must share a GPC,
+/// so on an H100 (132 SMs, one block each) clusters of 3, 4, …, 8 hold
+/// 117, 120, 110, 102, 105 and 120 blocks. The context asks the driver
+/// (`cuOccupancyMaxActiveClusters`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slots(pub [u32; geo::MAX_SPLITS as usize + 1]);
+
+impl Slots {
+    /// `sm_count` SMs of one block each, clusters placed anywhere: the
+    /// largest multiple of the cluster size (planning for another GPU).
+    pub fn uniform(sm_count: u32) -> Slots {
+        Slots(core::array::from_fn(|s| {
+            let s = (s as u32).max(1);
+            sm_count / s * s
+        }))
+    }
+
+    /// Resident blocks with clusters of `splits` blocks (at least one
+    /// cluster).
+    pub fn get(&self, splits: u32) -> u32 {
+        let s = splits.clamp(1, geo::MAX_SPLITS);
+        self.0[s as usize].max(s)
+    }
+}
+
+/// A launch plan of the warpgroup GEMM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WgmmaPlan {
+    /// Rows M, out features N, in features K.
+    pub m: u32,
+    /// Out features N.
+    pub n: u32,
+    /// In features K.
+    pub k: u32,
+    /// `ceil(M / 128)`.
+    pub row_tiles: u32,
+    /// `ceil(N / 128)`.
+    pub col_tiles: u32,
+    /// `ceil(K / 64)`.
+    pub k_tiles: u32,
+    /// Tiles computed whole, by blocks `0..full`.
+    pub full: u32,
+    /// K splits of each later tile (1: every tile whole, `full = tiles`).
+    pub splits: u32,
+    /// K tiles per split (the last split may have fewer, never 0).
+    pub tiles_per_split: u32,
+    /// Blocks of the launch: `full + (tiles − full) · splits`.
+    pub blocks: u32,
+}
+
+impl WgmmaPlan {
+    /// Output tiles.
+    pub fn tiles(&self) -> u32 {
+        self.row_tiles * self.col_tiles
+    }
+
+    /// Tiles cut along K.
+    pub fn split_tiles(&self) -> u32 {
+        if self.splits > 1 { self.tiles() - self.full } else { 0 }
+    }
+
+    /// What block `b` computes, as the kernel decodes it.
+    pub fn work(&self, b: u32) -> Work {
+        geo::work(b, self.full, self.splits, self.tiles_per_split, self.k_tiles)
+    }
+
+    /// Activation rows of tile `t`.
+    pub fn tile_rows(&self, t: u32) -> Range<u32> {
+        let start = (t % self.row_tiles) * geo::TILE_M;
+        start..(start + geo::TILE_M).min(self.m)
+    }
+
+    /// Weight columns (outputs) of tile `t`.
+    pub fn tile_columns(&self, t: u32) -> Range<u32> {
+        let start = (t / self.row_tiles) * geo::TILE_N;
+        start..(start + geo::TILE_N).min(self.n)
+    }
+}
+
+/// Cost of starting a wave of blocks, in K-tile times (one K tile ≈
+/// 0.4 µs on an H100 at k = 4 for a block alone, ≈ 0.6 µs with every SM
+/// busy): the decode table, the pipeline's first copies, the epilogue.
+const BLOCK_COST: f64 = 2.0;
+/// Extra cost of a split block, in K-tile times: parking its 64 KiB
+/// partial, two cluster barriers, reading its share of the partials
+/// through distributed shared memory. From a sweep of forced split counts
+/// on the H100 (k = 4): Qwen3 `kv` at M = 128 (4 tiles of 32 K tiles)
+/// 17.9 / 12.4 / 9.2 / 7.7 µs at 1 / 2 / 4 / 8 splits, i.e. ≈ 0.4 µs per
+/// K tile and ≈ 1.7 µs per split block.
+const SPLIT_BLOCK_COST: f64 = 4.0;
+/// Least gain (as a factor of the whole-tile plan's [`cost`]) for which
+/// [`Splits::Auto`] splits: the costs are estimates, and a tail wave split
+/// into many clusters only pays where it is clearly shorter.
+const SPLIT_MARGIN: f64 = 0.95;
+
+/// Estimated duration (K-tile times of one SM) of `tiles` tiles of
+/// `k_tiles` K tiles, `full` of them whole and the rest in `splits` splits,
+/// with `slots` resident blocks: waves of whole tiles, then waves of split
+/// blocks (the whole tiles run in clusters of `splits` as well).
+pub fn cost(tiles: u32, k_tiles: u32, full: u32, splits: u32, slots: &Slots) -> f64 {
+    let (splits, tps) = normalize_splits(k_tiles, splits);
+    let at_once = slots.get(splits) as u64;
+    let whole_tile = k_tiles as f64 + BLOCK_COST;
+    if splits == 1 {
+        return (tiles as u64).div_ceil(at_once) as f64 * whole_tile;
+    }
+    let whole = (full as u64).div_ceil(at_once) as f64 * whole_tile;
+    let waves = ((tiles - full) as u64 * splits as u64).div_ceil(at_once) as f64;
+    whole + waves * (tps as f64 + BLOCK_COST + SPLIT_BLOCK_COST)
+}
+
+/// Plans `y[m, n] = x[m, k] · Wᵀ` for a GPU with these resident `slots`.
+///
+/// [`Splits::Auto`] picks the whole waves and the split count of least
+/// [`cost`]; `Fixed(s)` and `Max` cut every tile (`Max`: as many splits as
+/// the K tiles and a cluster allow, [`geo::MAX_SPLITS`]).
+///
+/// # Errors
+/// [`Error::Rows`] for M outside `1..2^31` or a grid over 2^31 − 1
+/// blocks, [`Error::OutFeatures`] / [`Error::InFeatures`] for bad N / K,
+/// [`Error::SplitK`] for no resident block, `Fixed(0)`, `Fixed(s)` with `s`
+/// over [`geo::MAX_SPLITS`], or stream-K (not a policy of this kernel).
+pub fn plan(m: usize, n: usize, k: usize, slots: &Slots, splits: Splits) -> Result<WgmmaPlan> {
+    let grid_max = i32::MAX as u64;
+    if m == 0 || m > grid_max as usize {
+        return Err(Error::Rows { m, max: grid_max as usize });
+    }
+    if n == 0 {
+        return Err(Error::OutFeatures);
+    }
+    if k == 0 || k % 32 != 0 || k > u32::MAX as usize || n > u32::MAX as usize {
+        return Err(Error::InFeatures(k));
+    }
+    let bad = |what: &'static str, value: usize, reason: String| Err(Error::SplitK { what, value, reason });
+    if slots.0[1] == 0 {
+        return bad("sm_count", 0, "at least one SM is needed".into());
+    }
+    let (m, n, k) = (m as u32, n as u32, k as u32);
+    let (row_tiles, col_tiles, k_tiles) = (m.div_ceil(geo::TILE_M), n.div_ceil(geo::TILE_N), k.div_ceil(64));
+    // Split blocks need room in the grid as well: up to MAX_SPLITS per tile.
+    let tiles = row_tiles as u64 * col_tiles as u64;
+    if tiles * geo::MAX_SPLITS as u64 > grid_max {
+        let max = (grid_max / geo::MAX_SPLITS as u64 / col_tiles as u64 * geo::TILE_M as u64) as usize;
+        return Err(Error::Rows { m: m as usize, max });
+    }
+    let tiles = tiles as u32;
+    let (full, s) = match splits {
+        Splits::Fixed(0) => return bad("splits", 0, "at least one split is needed".into()),
+        Splits::Stream => return bad("splits", 0, "the warpgroup GEMM has no stream-K schedule".into()),
+        Splits::Fixed(r) if r > geo::MAX_SPLITS => {
+            let reason = format!("a split tile is one cluster of at most {} blocks", geo::MAX_SPLITS);
+            return bad("splits", r as usize, reason);
+        }
+        Splits::Fixed(r) => (0, r),
+        Splits::Max => (0, geo::MAX_SPLITS),
+        Splits::Auto => {
+            // A split must win by SPLIT_MARGIN; ties go to the plan found
+            // first: fewer splits, then more whole waves.
+            let whole = cost(tiles, k_tiles, tiles, 1, slots);
+            let mut best = (whole * SPLIT_MARGIN, tiles, 1);
+            for r in 2..=geo::MAX_SPLITS.min(k_tiles) {
+                let (s, _) = normalize_splits(k_tiles, r);
+                let at_once = slots.get(s);
+                for waves in (0..=tiles / at_once).rev() {
+                    // Whole tiles fill whole clusters.
+                    let full = (waves * at_once).min(tiles) / s * s;
+                    if s < 2 || full == tiles {
+                        continue;
+                    }
+                    let c = cost(tiles, k_tiles, full, s, slots);
+                    if c < best.0 {
+                        best = (c, full, s);
+                    }
+                }
+            }
+            (best.1, best.2)
+        }
+    };
+    let (splits, tps) = normalize_splits(k_tiles, s);
+    let full = if splits == 1 { tiles } else { full };
+    let blocks = full + (tiles - full) * splits;
+    Ok(WgmmaPlan { m, n, k, row_tiles, col_tiles, k_tiles, full, splits, tiles_per_split: tps, blocks })
+}
