@@ -250,7 +250,7 @@ fn linear_unfit(
         Kernel::Mma if auto && m > MMA_MAX_M && !wgmma.is_some_and(|s| wgmma_preferred(m, shape, s)) => {
             Some("dequant + cuBLAS is faster at this M on this matrix")
         }
-        Kernel::Mma if auto && m > MMA_AUTO_MAX_M && !mma_preferred_at_large_m(shape) => {
+        Kernel::Mma if auto && (MMA_AUTO_MAX_M + 1..=MMA_MAX_M).contains(&m) && !mma_preferred_at_large_m(shape) => {
             Some("dequant + cuBLAS is faster at this M on this matrix")
         }
         Kernel::Scalar | Kernel::Mma | Kernel::DequantCublas => None,
