@@ -61,15 +61,13 @@ pub(crate) unsafe fn launch_clustered(
         unsafe { cudarc::driver::result::launch_kernel(f.cu_function(), grid, block, smem, cu, args) }?;
         return Ok(());
     }
-    let attr = |id| sys::CUlaunchAttribute { id, pad: [0; 4], value: unsafe { std::mem::zeroed() } };
-    let mut attrs = [
-        attr(sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION),
-        attr(sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION),
-    ];
-    attrs[0].value.programmaticStreamSerializationAllowed = programmatic as i32;
-    attrs[1].value.clusterDim.x = cluster.max(1);
-    attrs[1].value.clusterDim.y = 1;
-    attrs[1].value.clusterDim.z = 1;
+    let mut serial = sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        value: unsafe { std::mem::zeroed() },
+    };
+    serial.value.programmaticStreamSerializationAllowed = programmatic as i32;
+    let mut attrs = [serial, cluster_attribute(cluster)];
     let config = sys::CUlaunchConfig {
         gridDimX: cfg.grid_dim.0,
         gridDimY: cfg.grid_dim.1,
@@ -84,4 +82,18 @@ pub(crate) unsafe fn launch_clustered(
     };
     unsafe { sys::cuLaunchKernelEx(&config, f.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }.result()?;
     Ok(())
+}
+
+/// The launch attribute that groups blocks in clusters of `x` blocks along
+/// x (at least 1).
+pub(crate) fn cluster_attribute(x: u32) -> sys::CUlaunchAttribute {
+    let mut attr = sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+        pad: [0; 4],
+        value: unsafe { std::mem::zeroed() },
+    };
+    attr.value.clusterDim.x = x.max(1);
+    attr.value.clusterDim.y = 1;
+    attr.value.clusterDim.z = 1;
+    attr
 }

@@ -328,14 +328,7 @@ fn cluster_slots(f: &CudaFunction, threads: u32, smem: u32, single: u32) -> Resu
     use cudarc::driver::sys;
     let mut slots = [single; kbit_format::wgmma::MAX_SPLITS as usize + 1];
     for (s, slot) in slots.iter_mut().enumerate().skip(2) {
-        let mut attr = sys::CUlaunchAttribute {
-            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
-            pad: [0; 4],
-            value: unsafe { std::mem::zeroed() },
-        };
-        attr.value.clusterDim.x = s as u32;
-        attr.value.clusterDim.y = 1;
-        attr.value.clusterDim.z = 1;
+        let mut attr = crate::launch::cluster_attribute(s as u32);
         let config = sys::CUlaunchConfig {
             gridDimX: s as u32,
             gridDimY: 1,

@@ -780,6 +780,22 @@ fn prepare<T: Element>(ctx: &Context, rng: &mut SmallRng, k: usize, n: usize, bi
     Prepared { dev: ctx.upload(&tiled).unwrap(), w_t, w_32 }
 }
 
+/// [`prepare`] and `m` rows of fresh activations, on the host and on the
+/// device.
+fn prepare_with_x<T: Element>(
+    ctx: &Context,
+    rng: &mut SmallRng,
+    k: usize,
+    n: usize,
+    bits: u32,
+    m: usize,
+) -> (Prepared<T>, Vec<T>, cudarc::driver::CudaSlice<T>) {
+    let p = prepare::<T>(ctx, rng, k, n, bits);
+    let x: Vec<T> = common::uniform(rng, m * k);
+    let xd = ctx.stream().clone_htod(&x).unwrap();
+    (p, x, xd)
+}
+
 /// Runs one call into a NaN-poisoned output and returns it.
 fn run<T: Element>(
     ctx: &Context,
@@ -1235,9 +1251,7 @@ fn wgmma_gemm_matches_the_f64_references() {
             let shape = Shape::new(n, k).unwrap();
             macro_rules! one {
                 ($t:ty) => {{
-                    let p = prepare::<$t>(&ctx, &mut rng, k, n, bits);
-                    let x: Vec<$t> = common::uniform(&mut rng, m * k);
-                    let xd = ctx.stream().clone_htod(&x).unwrap();
+                    let (p, x, xd) = prepare_with_x::<$t>(&ctx, &mut rng, k, n, bits, m);
                     let mut y = ctx.stream().clone_htod(&vec![<$t>::NAN; m * n]).unwrap();
                     ctx.wgmma_gemm(&xd, m, &p.dev, &mut y).unwrap();
                     let got = ctx.stream().clone_dtoh(&y).unwrap();
@@ -1405,9 +1419,7 @@ fn wgmma_split_k_matches_the_f64_references_on_every_plan() {
         let shape = Shape::new(n, k).unwrap();
         macro_rules! one {
             ($t:ty) => {{
-                let p = prepare::<$t>(&ctx, &mut rng, k, n, bits);
-                let x: Vec<$t> = common::uniform(&mut rng, m * k);
-                let xd = ctx.stream().clone_htod(&x).unwrap();
+                let (p, x, xd) = prepare_with_x::<$t>(&ctx, &mut rng, k, n, bits, m);
                 for splits in policies {
                     for sms in [None, Some(128), Some(132)] {
                         let opts = MmaOptions { splits, sm_count_override: sms, stage_tiles: None };
