@@ -72,6 +72,8 @@ fn launch_bounds(entry: &str) -> Option<&'static str> {
     let dense = entry.starts_with("kbit_mma_k") || entry.starts_with("kbit_mma_stream_");
     if dense && (entry.contains("_m1_n128_") || entry.contains("_m2_n128_")) {
         Some(".maxntid 256, 1, 1\n.minnctapersm 2\n")
+    } else if entry.starts_with(SM90A_PREFIX) {
+        Some(".maxntid 384, 1, 1\n")
     } else if !entry.starts_with("kbit_mma_grouped_") {
         None
     } else if entry.contains("_m1_") {

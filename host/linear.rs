@@ -162,32 +162,32 @@ fn mma_preferred_at_large_m(shape: Shape) -> bool {
 /// Whether the tensor-core path prefers the warpgroup GEMM (sm_90, whose
 /// resident blocks by cluster size are `slots`): at M = 49..64 on matrices
 /// of 2^24 weights and more, at M = 65..128 from 2^23, at M = 129..256
-/// from 2^24 and up to M = 512 from 2^27; at M = 129..512 also on
+/// from 2^24 and at M = 257..512 from 2^25; at M = 129..512 also on
 /// matrices of 2^23 weights and more whose plan splits K (tiles too few
 /// for the SMs). Beyond M = 64 the alternative is dequant + cuBLAS, at
-/// M = 49..64 the `mma.sync` kernel. H100, tables of the split-K build
-/// (`bench-results/NOTES.md`; µs, k = 4, warpgroup GEMM against the
-/// alternative):
-/// - M = 64: GLM shared (2^24.3) 22.6 against 25.5, Llama-3-8B 43.2
-///   against 53.1; the Qwen3 shapes (2^23.3 and less) stay on `mma.sync`
-///   (`q` 11.3 against 10.2, `gate/up` 13.3 against 13.2);
-/// - M = 128: Qwen3 `gate/up` 13.2 against 15.1, `down` 12.5 against
-///   21.4, `q` 11.1 against 13.2, `o` 11.0 against 17.1; `kv` (2^20) 7.5
-///   against 7.0 stays with dequant + cuBLAS;
-/// - M = 256: `q` 13.2 against 17.8, `down` 20.7 against 22.3, `o` 17.1
-///   against 18.3 (split plans), GLM shared 34.2 against 39.4, Llama-3-8B
-///   72.2 against 110.0; `gate/up` (80 tiles, no split) 22.1 against 19.7;
-/// - M = 512: `down` 27.7 against 32.0 (2 splits), Llama-3-70B 524.8
-///   against 572.3 (at M = 768 828.6 against 797.4); `q`, `gate/up` and
-///   GLM shared (no split) 22.9 / 38.9 / 60.9 against 20.4 / 26.7 / 52.2.
+/// M = 49..64 the `mma.sync` kernel. H100 (`bench-results/NOTES.md`; µs,
+/// k = 4, warpgroup GEMM against the alternative):
+/// - M = 64: GLM shared (2^24.3) 20.3 against 25.5, Llama-3-8B 36.1
+///   against 53.1; the Qwen3 shapes (2^23.3 and less) stay on `mma.sync`;
+/// - M = 128 (128-row blocks, split K): Qwen3 `gate/up` 13.2 against
+///   15.7, `down` 12.4 against 21.9, `q` 11.1 against 13.3, `o` 10.9
+///   against 17.3; `kv` (2^20) 7.5 against 7.0 stays with dequant + cuBLAS;
+/// - M = 256: `q` (split) 13.7 against 17.6, `down` 18.9 against 23.9,
+///   `o` 16.4 against 18.2; with 256-row blocks GLM shared 30.7 against
+///   40.1, Llama-3-8B 60.7 against 111.3; `gate/up` (no split) 19.1
+///   against 20.4 left with dequant + cuBLAS;
+/// - M = 512: `down` (split) 25.2 against 32.1; with 256-row blocks
+///   Llama-3-8B 113.0 against 155.5, Llama-3-70B 382.3 against 597.2;
+///   GLM shared 55.6 against 54.5, `gate/up` 29.8 against 26.9 and `q`
+///   21.4 against 20.6 stay with dequant + cuBLAS.
 fn wgmma_preferred(m: usize, shape: Shape, slots: &Slots) -> bool {
     let weights = (shape.n as u64) * (shape.k as u64);
-    let splits = || wgmma_plan::plan(m, shape.n, shape.k, slots, Splits::Auto).is_ok_and(|p| p.splits > 1);
+    let splits = || wgmma_plan::plan(m, shape.n, shape.k, slots, Splits::Auto, None).is_ok_and(|p| p.splits > 1);
     match m {
         49..=64 => weights >= 1 << 24,
         65..=128 => weights >= 1 << 23,
         129..=256 => weights >= 1 << 24 || (weights >= 1 << 23 && splits()),
-        257..=512 => weights >= 1 << 27 || (weights >= 1 << 23 && splits()),
+        257..=512 => weights >= 1 << 25 || (weights >= 1 << 23 && splits()),
         _ => false,
     }
 }

@@ -49,6 +49,9 @@ pub struct MmaOptions {
     /// K tiles per pipeline stage (1..=4) instead of the planner's choice
     /// (tests of partial stages; any value that fits gives correct results).
     pub stage_tiles: Option<u32>,
+    /// Warpgroup GEMM (sm_90) only: activation rows per block, 128 or 256,
+    /// instead of the planner's choice.
+    pub tile_rows: Option<u32>,
 }
 
 /// How one kernel instance runs on this device.
@@ -324,6 +327,10 @@ impl Context {
         }
         if m == 0 || m > geo::MAX_M as usize {
             return Err(Error::Rows { m, max: geo::MAX_M as usize });
+        }
+        if let Some(rows) = opts.tile_rows {
+            let reason = "tile_rows chooses the warpgroup GEMM's blocks; this kernel's follow M".into();
+            return Err(Error::SplitK { what: "tile_rows", value: rows as usize, reason });
         }
         let sms = opts.sm_count_override.unwrap_or(self.info().sm_count);
         let shape = w.shape();

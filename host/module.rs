@@ -233,18 +233,22 @@ pub mod names {
         }
         v
     }
-    /// `kbit_wgmma_k{bits}_{dtype}`: the warpgroup tensor-core GEMM of the
-    /// sm_90a module.
-    pub fn wgmma(bits: u32, dtype: Dtype) -> String {
-        format!("kbit_wgmma_k{bits}_{}", dtype.name())
+    /// `kbit_wgmma_k{bits}_{dtype}` (128 activation rows per block, `h =
+    /// 1`) or `kbit_wgmma_m256_k{bits}_{dtype}` (256, `h = 2`): the
+    /// warpgroup tensor-core GEMM of the sm_90a module.
+    pub fn wgmma(bits: u32, dtype: Dtype, h: u32) -> String {
+        let rows = if h == 2 { "m256_" } else { "" };
+        format!("kbit_wgmma_{rows}k{bits}_{}", dtype.name())
     }
     /// Every entry point of [`PTX_SM90A_ENTRIES`](super::PTX_SM90A_ENTRIES),
-    /// in the kernel table's order.
+    /// in the kernel table's order (h, then bits, then dtype).
     pub fn all_wgmma() -> Vec<String> {
         let mut v = Vec::new();
-        for bits in super::BITS {
-            for d in super::MMA_DTYPES {
-                v.push(wgmma(bits, d));
+        for h in [1, 2] {
+            for bits in super::BITS {
+                for d in super::MMA_DTYPES {
+                    v.push(wgmma(bits, d, h));
+                }
             }
         }
         v
@@ -390,7 +394,9 @@ impl Kernels {
             let sms = sms.max(1) as u32;
             for (i, name) in names::all_wgmma().into_iter().enumerate() {
                 let f = get(name)?;
-                let smem = kbit_format::wgmma::smem_bytes(BITS[i / MMA_DTYPES.len()]);
+                let per_h = BITS.len() * MMA_DTYPES.len();
+                let (h, bits) = ((i / per_h) as u32 + 1, BITS[i % per_h / MMA_DTYPES.len()]);
+                let smem = kbit_format::wgmma::smem_bytes(bits, h);
                 // Any size up to the device's limit: a programmatic launch
                 // may ask for more than it uses (Context::programmatic_now).
                 f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, max_smem)?;

@@ -21,14 +21,14 @@ use kbit_format::wgmma as geo;
 
 /// The tensor map of `x` (`m` rows of `k` 16-bit values at device address
 /// `x`, 16-aligned, `k` a multiple of 32) that the kernel's tensor copies
-/// read: boxes of 64 values × [`geo::TILE_M`] rows, the 128-byte swizzle
+/// read: boxes of 64 values × `rows` rows (the block's), the 128-byte swizzle
 /// of [`geo::a_offset`], zeros outside the matrix. Encoding is host work
 /// only (no device call, no allocation).
-fn x_map(x: u64, m: usize, k: usize) -> std::result::Result<CUtensorMap, DriverError> {
+fn x_map(x: u64, m: usize, k: usize, rows: u32) -> std::result::Result<CUtensorMap, DriverError> {
     let mut map = CUtensorMap { opaque: [0; 16] };
     let dims = [k as u64, m as u64];
     let strides = [2 * k as u64];
-    let boxes = [64u32, geo::TILE_M];
+    let boxes = [64u32, rows];
     let steps = [1u32, 1];
     unsafe {
         sys::cuTensorMapEncodeTiled(
@@ -50,11 +50,11 @@ fn x_map(x: u64, m: usize, k: usize) -> std::result::Result<CUtensorMap, DriverE
     Ok(map)
 }
 
-/// The `kbit_wgmma_*` table slot of (bits, dtype), as
+/// The `kbit_wgmma_*` table slot of (bits, dtype, row halves), as
 /// [`crate::module::names::all_wgmma`] orders them.
-fn slot(bits: u32, dtype: Dtype) -> usize {
+fn slot(bits: u32, dtype: Dtype, halves: u32) -> usize {
     let d = (dtype == Dtype::Bf16) as usize;
-    (bits - 2) as usize * 2 + d
+    (halves - 1) as usize * 8 + (bits - 2) as usize * 2 + d
 }
 
 impl Context {
@@ -80,7 +80,7 @@ impl Context {
         if !self.has_wgmma() || !(2..=5).contains(&bits) || dtype == Dtype::F32 {
             return None;
         }
-        Some(self.kernels.wgmma[slot(bits, dtype)].2)
+        Some(self.kernels.wgmma[slot(bits, dtype, 1)].2)
     }
 
     /// `y[m, N] = x[m, K] · Wᵀ` on sm_90's warpgroup tensor cores for any
@@ -149,16 +149,17 @@ impl Context {
             return Err(Error::SplitK { what: "stage_tiles", value: kt as usize, reason });
         }
         let shape = w.shape();
-        let (f, per_sm, slots) = &self.kernels.wgmma[slot(w.bits(), T::DTYPE)];
-        let slots = opts.sm_count_override.map_or(*slots, Slots::uniform);
-        let plan = wgmma_plan::plan(m, shape.n, shape.k, &slots, opts.splits)?;
+        let slots = self.kernels.wgmma[slot(w.bits(), T::DTYPE, 1)].2;
+        let slots = opts.sm_count_override.map_or(slots, Slots::uniform);
+        let plan = wgmma_plan::plan(m, shape.n, shape.k, &slots, opts.splits, opts.tile_rows)?;
+        let (f, per_sm, _) = &self.kernels.wgmma[slot(w.bits(), T::DTYPE, plan.halves)];
         let (xp, [packed, scales, cb]) = self.gemm_operands(x, m, w, y.len())?;
         let (yp, _guard) = y.device_ptr_mut(self.stream());
-        let smem = geo::smem_bytes(w.bits());
+        let smem = geo::smem_bytes(w.bits(), plan.halves);
         let mut cfg =
             LaunchConfig { grid_dim: (plan.blocks, 1, 1), block_dim: (geo::THREADS, 1, 1), shared_mem_bytes: smem };
         let programmatic = self.programmatic_now(&mut cfg, *per_sm);
-        let map = x_map(xp, m, shape.k)?;
+        let map = x_map(xp, m, shape.k, geo::tile_m(plan.halves))?;
         let p = plan;
         let mut a = args![packed, scales, cb, yp, p.m, p.n, p.k, p.tiles_per_split, map, p.full, p.splits];
         unsafe { launch::launch_clustered(self.stream(), f, cfg, programmatic, p.splits, &mut a) }?;

@@ -19,7 +19,7 @@
 //! // 128 rows of Qwen3 `down` (5120 → 2048) on an H100: 16 tiles of 80 K
 //! // tiles, each cut in 6 (96 blocks; clusters of 6 hold 102 at once).
 //! let h100 = Slots([132, 132, 132, 117, 120, 110, 102, 105, 120]);
-//! let p = plan(128, 2048, 5120, &h100, Splits::Auto)?;
+//! let p = plan(128, 2048, 5120, &h100, Splits::Auto, None)?;
 //! assert_eq!((p.tiles(), p.full, p.splits, p.blocks), (16, 0, 6, 96));
 //! # Ok::<(), kbit::Error>(())
 //! ```
@@ -64,7 +64,9 @@ pub struct WgmmaPlan {
     pub n: u32,
     /// In features K.
     pub k: u32,
-    /// `ceil(M / 128)`.
+    /// Row halves per tile: 1 (128 activation rows per block) or 2 (256).
+    pub halves: u32,
+    /// `ceil(M / (128 · halves))`.
     pub row_tiles: u32,
     /// `ceil(N / 128)`.
     pub col_tiles: u32,
@@ -98,8 +100,9 @@ impl WgmmaPlan {
 
     /// Activation rows of tile `t`.
     pub fn tile_rows(&self, t: u32) -> Range<u32> {
-        let start = (t % self.row_tiles) * geo::TILE_M;
-        start..(start + geo::TILE_M).min(self.m)
+        let rows = geo::tile_m(self.halves);
+        let start = (t % self.row_tiles) * rows;
+        start..(start + rows).min(self.m)
     }
 
     /// Weight columns (outputs) of tile `t`.
@@ -113,35 +116,49 @@ impl WgmmaPlan {
 /// 0.4 µs on an H100 at k = 4 for a block alone, ≈ 0.6 µs with every SM
 /// busy): the decode table, the pipeline's first copies, the epilogue.
 const BLOCK_COST: f64 = 2.0;
-/// Extra cost of a split block, in K-tile times: parking its 64 KiB
-/// partial, two cluster barriers, reading its share of the partials
-/// through distributed shared memory. From a sweep of forced split counts
-/// on the H100 (k = 4): Qwen3 `kv` at M = 128 (4 tiles of 32 K tiles)
-/// 17.9 / 12.4 / 9.2 / 7.7 µs at 1 / 2 / 4 / 8 splits, i.e. ≈ 0.4 µs per
-/// K tile and ≈ 1.7 µs per split block.
-const SPLIT_BLOCK_COST: f64 = 4.0;
+/// Extra cost of a split block, in K-tile times, by row halves: parking
+/// its partial (64 KiB per half), two cluster barriers, reading its share
+/// of the partials through distributed shared memory. From sweeps of
+/// forced split counts on the H100 (k = 4): Qwen3 `kv` at M = 128 (4 tiles
+/// of 32 K tiles, 128 rows) 17.9 / 12.4 / 9.2 / 7.7 µs at 1 / 2 / 4 / 8
+/// splits, i.e. ≈ 0.4 µs per K tile and ≈ 2 µs per split block; with 256
+/// rows `q` at M = 512 (64 tiles, 2 splits of 16 K tiles) 21.7 µs and
+/// `down` (32 tiles, 3 splits of 27) 28.2 µs, i.e. ≈ 0.6 µs per K tile and
+/// ≈ 9 µs per split block beyond a whole tile's.
+const SPLIT_BLOCK_COST: [f64; 2] = [4.0, 16.0];
 /// Least gain (as a factor of the whole-tile plan's [`cost`]) for which
 /// [`Splits::Auto`] splits: the costs are estimates, and a tail wave split
 /// into many clusters only pays where it is clearly shorter.
 const SPLIT_MARGIN: f64 = 0.95;
 
-/// Estimated duration (K-tile times of one SM) of `tiles` tiles of
-/// `k_tiles` K tiles, `full` of them whole and the rest in `splits` splits,
-/// with `slots` resident blocks: waves of whole tiles, then waves of split
-/// blocks (the whole tiles run in clusters of `splits` as well).
-pub fn cost(tiles: u32, k_tiles: u32, full: u32, splits: u32, slots: &Slots) -> f64 {
+/// K-tile time of a 256-row block (`halves = 2`) in those of a 128-row
+/// one: twice the MMAs per decoded weight. H100, k = 4, Llama-3-70B
+/// gate/up at M = 512 with every SM busy: ≈ 0.75 µs against ≈ 0.64 µs.
+const HALVES_2_TILE: f64 = 1.25;
+
+/// Estimated duration (K-tile times of a 128-row block) of `tiles` tiles
+/// of `k_tiles` K tiles and `halves` row halves, `full` of them whole and
+/// the rest in `splits` splits, with `slots` resident blocks: waves of
+/// whole tiles, then waves of split blocks (the whole tiles run in
+/// clusters of `splits` as well); a split block parks and reads a partial
+/// of `halves` × 64 KiB.
+pub fn cost(tiles: u32, k_tiles: u32, full: u32, splits: u32, halves: u32, slots: &Slots) -> f64 {
     let (splits, tps) = normalize_splits(k_tiles, splits);
     let at_once = slots.get(splits) as u64;
-    let whole_tile = k_tiles as f64 + BLOCK_COST;
+    let tile = if halves == 2 { HALVES_2_TILE } else { 1.0 };
+    let whole_tile = k_tiles as f64 * tile + BLOCK_COST;
     if splits == 1 {
         return (tiles as u64).div_ceil(at_once) as f64 * whole_tile;
     }
     let whole = (full as u64).div_ceil(at_once) as f64 * whole_tile;
     let waves = ((tiles - full) as u64 * splits as u64).div_ceil(at_once) as f64;
-    whole + waves * (tps as f64 + BLOCK_COST + SPLIT_BLOCK_COST)
+    let split = SPLIT_BLOCK_COST[(halves == 2) as usize];
+    whole + waves * (tps as f64 * tile + BLOCK_COST + split)
 }
 
-/// Plans `y[m, n] = x[m, k] · Wᵀ` for a GPU with these resident `slots`.
+/// Plans `y[m, n] = x[m, k] · Wᵀ` for a GPU with these resident `slots`,
+/// with `tile_rows` (128 or 256) activation rows per block, or the ones of
+/// lower [`cost`] (256 only for M > 128).
 ///
 /// [`Splits::Auto`] picks the whole waves and the split count of least
 /// [`cost`]; `Fixed(s)` and `Max` cut every tile (`Max`: as many splits as
@@ -151,8 +168,9 @@ pub fn cost(tiles: u32, k_tiles: u32, full: u32, splits: u32, slots: &Slots) -> 
 /// [`Error::Rows`] for M outside `1..2^31` or a grid over 2^31 − 1
 /// blocks, [`Error::OutFeatures`] / [`Error::InFeatures`] for bad N / K,
 /// [`Error::SplitK`] for no resident block, `Fixed(0)`, `Fixed(s)` with `s`
-/// over [`geo::MAX_SPLITS`], or stream-K (not a policy of this kernel).
-pub fn plan(m: usize, n: usize, k: usize, slots: &Slots, splits: Splits) -> Result<WgmmaPlan> {
+/// over [`geo::MAX_SPLITS`], stream-K (not a policy of this kernel), or
+/// `tile_rows` other than 128 and 256.
+pub fn plan(m: usize, n: usize, k: usize, slots: &Slots, splits: Splits, tile_rows: Option<u32>) -> Result<WgmmaPlan> {
     let grid_max = i32::MAX as u64;
     if m == 0 || m > grid_max as usize {
         return Err(Error::Rows { m, max: grid_max as usize });
@@ -167,49 +185,74 @@ pub fn plan(m: usize, n: usize, k: usize, slots: &Slots, splits: Splits) -> Resu
     if slots.0[1] == 0 {
         return bad("sm_count", 0, "at least one SM is needed".into());
     }
-    let (m, n, k) = (m as u32, n as u32, k as u32);
-    let (row_tiles, col_tiles, k_tiles) = (m.div_ceil(geo::TILE_M), n.div_ceil(geo::TILE_N), k.div_ceil(64));
-    // Split blocks need room in the grid as well: up to MAX_SPLITS per tile.
-    let tiles = row_tiles as u64 * col_tiles as u64;
-    if tiles * geo::MAX_SPLITS as u64 > grid_max {
-        let max = (grid_max / geo::MAX_SPLITS as u64 / col_tiles as u64 * geo::TILE_M as u64) as usize;
-        return Err(Error::Rows { m: m as usize, max });
-    }
-    let tiles = tiles as u32;
-    let (full, s) = match splits {
+    match splits {
         Splits::Fixed(0) => return bad("splits", 0, "at least one split is needed".into()),
         Splits::Stream => return bad("splits", 0, "the warpgroup GEMM has no stream-K schedule".into()),
         Splits::Fixed(r) if r > geo::MAX_SPLITS => {
             let reason = format!("a split tile is one cluster of at most {} blocks", geo::MAX_SPLITS);
             return bad("splits", r as usize, reason);
         }
+        _ => {}
+    }
+    let halves = match tile_rows {
+        Some(128) => vec![1],
+        Some(256) => vec![2],
+        Some(r) => return bad("tile_rows", r as usize, "the warpgroup GEMM has blocks of 128 or 256 rows".into()),
+        None if m > geo::HALF_M as usize => vec![1, 2],
+        None => vec![1],
+    };
+    let (m, n, k) = (m as u32, n as u32, k as u32);
+    let mut best: Option<(f64, WgmmaPlan)> = None;
+    for h in halves {
+        let (c, p) = plan_rows(m, n, k, slots, splits, h)?;
+        if best.as_ref().is_none_or(|(bc, _)| c < *bc) {
+            best = Some((c, p));
+        }
+    }
+    Ok(best.expect("one row count at least").1)
+}
+
+/// [`plan`] for `halves` row halves per tile, with the [`Splits::Auto`]
+/// plan's cost (the row counts are compared under automatic splitting).
+fn plan_rows(m: u32, n: u32, k: u32, slots: &Slots, splits: Splits, halves: u32) -> Result<(f64, WgmmaPlan)> {
+    let grid_max = i32::MAX as u64;
+    let rows = geo::tile_m(halves);
+    let (row_tiles, col_tiles, k_tiles) = (m.div_ceil(rows), n.div_ceil(geo::TILE_N), k.div_ceil(64));
+    // Split blocks need room in the grid as well: up to MAX_SPLITS per tile.
+    let tiles = row_tiles as u64 * col_tiles as u64;
+    if tiles * geo::MAX_SPLITS as u64 > grid_max {
+        let max = (grid_max / geo::MAX_SPLITS as u64 / col_tiles as u64 * rows as u64) as usize;
+        return Err(Error::Rows { m: m as usize, max });
+    }
+    let tiles = tiles as u32;
+    // A split must win by SPLIT_MARGIN; ties go to the plan found first:
+    // fewer splits, then more whole waves.
+    let whole = cost(tiles, k_tiles, tiles, 1, halves, slots);
+    let mut auto = (whole * SPLIT_MARGIN, tiles, 1);
+    for r in 2..=geo::MAX_SPLITS.min(k_tiles) {
+        let (s, _) = normalize_splits(k_tiles, r);
+        let at_once = slots.get(s);
+        for waves in (0..=tiles / at_once).rev() {
+            // Whole tiles fill whole clusters.
+            let full = (waves * at_once).min(tiles) / s * s;
+            if s < 2 || full == tiles {
+                continue;
+            }
+            let c = cost(tiles, k_tiles, full, s, halves, slots);
+            if c < auto.0 {
+                auto = (c, full, s);
+            }
+        }
+    }
+    let auto_cost = if auto.2 == 1 { whole } else { auto.0 };
+    let (full, s) = match splits {
         Splits::Fixed(r) => (0, r),
         Splits::Max => (0, geo::MAX_SPLITS),
-        Splits::Auto => {
-            // A split must win by SPLIT_MARGIN; ties go to the plan found
-            // first: fewer splits, then more whole waves.
-            let whole = cost(tiles, k_tiles, tiles, 1, slots);
-            let mut best = (whole * SPLIT_MARGIN, tiles, 1);
-            for r in 2..=geo::MAX_SPLITS.min(k_tiles) {
-                let (s, _) = normalize_splits(k_tiles, r);
-                let at_once = slots.get(s);
-                for waves in (0..=tiles / at_once).rev() {
-                    // Whole tiles fill whole clusters.
-                    let full = (waves * at_once).min(tiles) / s * s;
-                    if s < 2 || full == tiles {
-                        continue;
-                    }
-                    let c = cost(tiles, k_tiles, full, s, slots);
-                    if c < best.0 {
-                        best = (c, full, s);
-                    }
-                }
-            }
-            (best.1, best.2)
-        }
+        _ => (auto.1, auto.2),
     };
     let (splits, tps) = normalize_splits(k_tiles, s);
     let full = if splits == 1 { tiles } else { full };
     let blocks = full + (tiles - full) * splits;
-    Ok(WgmmaPlan { m, n, k, row_tiles, col_tiles, k_tiles, full, splits, tiles_per_split: tps, blocks })
+    let plan = WgmmaPlan { m, n, k, halves, row_tiles, col_tiles, k_tiles, full, splits, tiles_per_split: tps, blocks };
+    Ok((auto_cost, plan))
 }

@@ -88,7 +88,7 @@ fn check_linear<T: Element>(
 fn expected_kernel(m: usize, shape: Shape, bits: u32, wgmma: Option<Slots>) -> Kernel {
     let weights = shape.n * shape.k;
     // The warpgroup GEMM's plan cuts K (its tiles leave SMs idle).
-    let splits = |s: &Slots| kbit::wgmma_plan::plan(m, shape.n, shape.k, s, Splits::Auto).unwrap().splits > 1;
+    let splits = |s: &Slots| kbit::wgmma_plan::plan(m, shape.n, shape.k, s, Splits::Auto, None).unwrap().splits > 1;
     let split_or = |least: usize| wgmma.is_some_and(|s| weights >= least || (weights >= 1 << 23 && splits(&s)));
     match m {
         4 if weights >= 1 << 20 => Kernel::Mma,
@@ -99,7 +99,7 @@ fn expected_kernel(m: usize, shape: Shape, bits: u32, wgmma: Option<Slots>) -> K
         33..=64 if shape.k >= 4096 || shape.n * shape.k >= 1 << 24 => Kernel::Mma,
         65..=128 if wgmma.is_some() && weights >= 1 << 23 => Kernel::Mma,
         129..=256 if split_or(1 << 24) => Kernel::Mma,
-        257..=512 if split_or(1 << 27) => Kernel::Mma,
+        257..=512 if split_or(1 << 25) => Kernel::Mma,
         _ => Kernel::DequantCublas,
     }
 }

@@ -840,7 +840,7 @@ fn check_case<T: Element>(ctx: &Context, rng: &mut SmallRng, c: &Case) {
     let p = prepare::<T>(ctx, rng, c.k, c.n, c.bits);
     let x: Vec<T> = common::uniform(rng, c.m * c.k);
     let xd = ctx.stream().clone_htod(&x).unwrap();
-    let opts = MmaOptions { splits: c.splits, sm_count_override: c.sms, stage_tiles: c.stage_tiles };
+    let opts = MmaOptions { splits: c.splits, sm_count_override: c.sms, stage_tiles: c.stage_tiles, tile_rows: None };
     if let Err(e @ Error::SplitK { what: "stage_tiles", .. }) = ctx.mma_plan(T::DTYPE, c.m, &p.dev, opts) {
         // Only where this GPU's shared memory holds fewer than two such stages.
         eprintln!("M {} K {} N {} k={}: {e}; case skipped", c.m, c.k, c.n, c.bits);
@@ -1012,7 +1012,8 @@ fn mma_gemm_is_deterministic_across_interleaved_plans() {
     assert!(pa.splits > 1, "{pa:?}");
     let (yb, _) = run(&ctx, &xb, 9, &b.dev, max);
     for round in 0..5 {
-        let three_of_5 = MmaOptions { splits: Splits::Fixed(3), sm_count_override: Some(5), stage_tiles: Some(4) };
+        let three_of_5 =
+            MmaOptions { splits: Splits::Fixed(3), sm_count_override: Some(5), stage_tiles: Some(4), tile_rows: None };
         for opts in [max, MmaOptions::default(), three_of_5] {
             let (y2, _) = run(&ctx, &xb, 9, &b.dev, opts);
             if opts == max {
@@ -1185,10 +1186,11 @@ fn wgmma_maps_cover_the_tiles_once() {
         assert!(a_seen.iter().all(|&v| v == 1), "A registers cover warpgroup {wgroup}'s tile once");
         assert!(d_seen.iter().all(|&v| v == 1), "accumulators cover warpgroup {wgroup}'s tile once");
     }
-    // The stage's activations cover 128 rows × 64 values once, in 128-byte
-    // rows of 16-byte chunks.
-    let mut seen = vec![0u32; (wg::A_BYTES / 2) as usize];
-    for row in 0..wg::TILE_M {
+    // The stage's activations cover 256 rows × 64 values once, in 128-byte
+    // rows of 16-byte chunks (the second half 128 rows on).
+    let mut seen = vec![0u32; (wg::a_bytes(2) / 2) as usize];
+    assert_eq!(wg::a_bytes(1), 128 * wg::HALF_M);
+    for row in 0..wg::tile_m(2) {
         for k in 0..64 {
             let at = wg::a_offset(row, k);
             assert_eq!(at / 128, row);
@@ -1207,7 +1209,7 @@ fn wgmma_maps_cover_the_tiles_once() {
         let start = ((d & 0x3FFF) << 4) as u32;
         let sbo = (((d >> 32) & 0x3FFF) << 4) as u32;
         assert_eq!(d >> 62, 1, "128-byte swizzle");
-        for row in 0..wg::TILE_M {
+        for row in 0..wg::HALF_M {
             for k in 0..16 {
                 let linear = start + (row / 8) * sbo + (row % 8) * 128 + 2 * k;
                 let swizzled = linear ^ (((linear >> 7) & 7) << 4);
@@ -1216,9 +1218,14 @@ fn wgmma_maps_cover_the_tiles_once() {
         }
     }
     for bits in 2..=5 {
-        assert!(wg::smem_bytes(bits) <= 227 * 1024, "k = {bits}: {} bytes", wg::smem_bytes(bits));
-        assert_eq!(wg::stage_bytes(bits) % wg::ALIGN, 0);
-        assert!(wg::stage_bytes(bits) >= wg::A_BYTES + 16 * (wg::w_chunks(bits) + wg::S_CHUNKS));
+        for h in [1, 2] {
+            let smem = wg::smem_bytes(bits, h);
+            assert!(smem <= 227 * 1024, "k = {bits}, {h} halves: {smem} bytes");
+            assert_eq!(wg::stage_bytes(bits, h) % wg::ALIGN, 0);
+            assert!(wg::stage_bytes(bits, h) >= wg::a_bytes(h) + 16 * (wg::w_chunks(bits) + wg::S_CHUNKS));
+            // A split block parks its partial (halves × 64 KiB) over the stages.
+            assert!(wg::barriers_offset(bits, h) >= h * 64 * 1024);
+        }
     }
 }
 
@@ -1288,6 +1295,7 @@ const H100_SLOTS: Slots = Slots([132, 132, 132, 117, 120, 110, 102, 105, 120]);
 fn check_wgmma_plan(p: &kbit::WgmmaPlan, what: &str) {
     assert_eq!(p.k_tiles as usize, (p.k as usize).div_ceil(64), "{what}");
     assert!(p.splits >= 1 && p.tiles_per_split >= 1 && p.full <= p.tiles(), "{what}: {p:?}");
+    assert!((p.halves == 1 || p.halves == 2) && p.row_tiles == p.m.div_ceil(geo_wg::tile_m(p.halves)), "{what}");
     assert!(p.splits <= p.k_tiles.min(geo_wg::MAX_SPLITS), "{what}: {p:?}");
     assert_eq!(p.blocks as u64, p.full as u64 + (p.tiles() - p.full) as u64 * p.splits as u64, "{what}");
     assert!(p.full.is_multiple_of(p.splits) && p.blocks.is_multiple_of(p.splits), "{what}: clusters of {}", p.splits);
@@ -1321,10 +1329,13 @@ fn wgmma_planner_covers_every_tile_once_with_no_empty_split() {
         for (k, n) in planner_shapes() {
             for m in [1usize, 65, 128, 300, 512, 1024, 4096] {
                 let requests = [Splits::Auto, Splits::Max, Splits::Fixed(1), Splits::Fixed(3), Splits::Fixed(8)];
-                for req in requests {
-                    let what = format!("sms {sms} K {k} N {n} M {m} {req:?}");
-                    let p =
-                        wgmma_plan::plan(m, n, k, &Slots::uniform(sms), req).unwrap_or_else(|e| panic!("{what}: {e}"));
+                for (req, rows) in requests.into_iter().flat_map(|r| [None, Some(128), Some(256)].map(|t| (r, t))) {
+                    let what = format!("sms {sms} K {k} N {n} M {m} {req:?} rows {rows:?}");
+                    let p = wgmma_plan::plan(m, n, k, &Slots::uniform(sms), req, rows)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    if let Some(r) = rows {
+                        assert_eq!(geo_wg::tile_m(p.halves), r, "{what}");
+                    }
                     check_wgmma_plan(&p, &what);
                     let k_tiles = k.div_ceil(64) as u32;
                     match req {
@@ -1346,19 +1357,23 @@ fn wgmma_planner_covers_every_tile_once_with_no_empty_split() {
 #[test]
 fn wgmma_auto_splits_fill_the_sms_that_few_tiles_leave_idle() {
     use kbit::wgmma_plan::plan;
-    let p = |m, n, k| plan(m, n, k, &H100_SLOTS, Splits::Auto).unwrap();
+    let p = |m, n, k| plan(m, n, k, &H100_SLOTS, Splits::Auto, None).unwrap();
     // Qwen3 `down` / `o` at M = 128: 16 tiles on 132 SMs, K cut in 6
     // (clusters of 6: 102 blocks at once, one wave).
     assert_eq!((p(128, 2048, 5120).splits, p(128, 2048, 5120).blocks), (6, 96));
     assert_eq!(p(128, 2048, 4096).splits, 6);
     // `kv` at M = 128: 4 tiles of 32 K tiles, 8 splits of 4.
     assert_eq!((p(128, 512, 2048).splits, p(128, 512, 2048).tiles_per_split), (8, 4));
-    // At M = 512 (64 tiles) in two.
-    assert_eq!(p(512, 2048, 5120).splits, 2);
-    // `q` at M = 512: 128 tiles, one wave already.
-    assert_eq!(p(512, 4096, 2048).splits, 1);
-    // Llama-3-70B gate/up at M = 512: 896 tiles, whole waves do.
-    assert_eq!(p(512, 28672, 8192).splits, 1);
+    // At M = 512 (64 tiles of 128 rows) in two.
+    assert_eq!((p(512, 2048, 5120).halves, p(512, 2048, 5120).splits), (1, 2));
+    // `q` at M = 512: 128 tiles of 128 rows, one wave already.
+    assert_eq!((p(512, 4096, 2048).halves, p(512, 4096, 2048).splits), (1, 1));
+    // Llama-3-70B gate/up at M = 512: 256-row blocks (448 tiles), three
+    // whole waves, the other 52 tiles in two splits.
+    let l = p(512, 28672, 8192);
+    assert_eq!((l.halves, l.full, l.splits), (2, 396, 2), "{l:?}");
+    // Qwen3 gate/up at M = 512: 256-row blocks fit 80 tiles in one wave.
+    assert_eq!((p(512, 5120, 2048).halves, p(512, 5120, 2048).splits), (2, 1));
     for (m, n, k) in [(512, 5120, 2048), (256, 5120, 2048), (384, 2048, 5120), (1024, 10240, 2048)] {
         check_wgmma_plan(&p(m, n, k), &format!("M {m} N {n} K {k}"));
     }
@@ -1368,19 +1383,28 @@ fn wgmma_auto_splits_fill_the_sms_that_few_tiles_leave_idle() {
 fn wgmma_planner_rejects_bad_requests_with_named_arguments() {
     use kbit::wgmma_plan::plan;
     let h100 = Slots::uniform(132);
-    assert!(matches!(plan(0, 64, 64, &h100, Splits::Auto), Err(Error::Rows { m: 0, .. })));
-    assert!(matches!(plan(1 << 31, 64, 64, &h100, Splits::Auto), Err(Error::Rows { .. })));
-    assert!(matches!(plan(8, 0, 64, &h100, Splits::Auto), Err(Error::OutFeatures)));
-    assert!(matches!(plan(8, 64, 48, &h100, Splits::Auto), Err(Error::InFeatures(48))));
-    assert!(matches!(plan(8, 64, 64, &Slots::uniform(0), Splits::Auto), Err(Error::SplitK { what: "sm_count", .. })));
-    assert!(matches!(plan(8, 64, 64, &h100, Splits::Fixed(0),), Err(Error::SplitK { what: "splits", .. })));
-    assert!(matches!(plan(8, 64, 64, &h100, Splits::Stream), Err(Error::SplitK { what: "splits", .. })));
-    let e = plan(8, 64, 8192, &h100, Splits::Fixed(9)).unwrap_err();
+    assert!(matches!(plan(0, 64, 64, &h100, Splits::Auto, None), Err(Error::Rows { m: 0, .. })));
+    assert!(matches!(plan(1 << 31, 64, 64, &h100, Splits::Auto, None), Err(Error::Rows { .. })));
+    assert!(matches!(plan(8, 0, 64, &h100, Splits::Auto, None), Err(Error::OutFeatures)));
+    assert!(matches!(plan(8, 64, 48, &h100, Splits::Auto, None), Err(Error::InFeatures(48))));
+    assert!(matches!(
+        plan(8, 64, 64, &Slots::uniform(0), Splits::Auto, None),
+        Err(Error::SplitK { what: "sm_count", .. })
+    ));
+    assert!(matches!(plan(8, 64, 64, &h100, Splits::Fixed(0), None), Err(Error::SplitK { what: "splits", .. })));
+    assert!(matches!(plan(8, 64, 64, &h100, Splits::Stream, None), Err(Error::SplitK { what: "splits", .. })));
+    let e = plan(8, 64, 8192, &h100, Splits::Fixed(9), None).unwrap_err();
     assert!(matches!(e, Error::SplitK { what: "splits", value: 9, .. }), "{e}");
     // 2^27 rows of 2^17 columns: more blocks than a grid can hold.
-    assert!(matches!(plan(1 << 27, 1 << 17, 64, &h100, Splits::Auto), Err(Error::Rows { .. })));
+    assert!(matches!(plan(1 << 27, 1 << 17, 64, &h100, Splits::Auto, None), Err(Error::Rows { .. })));
     // One K tile: nothing to split.
-    assert_eq!(plan(128, 128, 64, &h100, Splits::Max).unwrap().splits, 1);
+    assert_eq!(plan(128, 128, 64, &h100, Splits::Max, None).unwrap().splits, 1);
+    let e = plan(512, 128, 64, &h100, Splits::Auto, Some(192)).unwrap_err();
+    assert!(matches!(e, Error::SplitK { what: "tile_rows", value: 192, .. }), "{e}");
+    // 128 or 256 rows when asked; 256 only beyond M = 128 otherwise.
+    assert_eq!(plan(512, 4096, 2048, &h100, Splits::Auto, Some(128)).unwrap().halves, 1);
+    assert_eq!(plan(100, 4096, 2048, &h100, Splits::Auto, Some(256)).unwrap().halves, 2);
+    assert_eq!(plan(128, 28672, 8192, &h100, Splits::Auto, None).unwrap().halves, 1);
 }
 
 /// `wgmma_gemm_with` under forced and automatic split counts and other SM
@@ -1420,13 +1444,14 @@ fn wgmma_split_k_matches_the_f64_references_on_every_plan() {
         macro_rules! one {
             ($t:ty) => {{
                 let (p, x, xd) = prepare_with_x::<$t>(&ctx, &mut rng, k, n, bits, m);
-                for splits in policies {
+                for (splits, rows) in policies.into_iter().flat_map(|s| [(s, Some(128)), (s, Some(256))]) {
                     for sms in [None, Some(128), Some(132)] {
-                        let opts = MmaOptions { splits, sm_count_override: sms, stage_tiles: None };
+                        let opts = MmaOptions { splits, sm_count_override: sms, stage_tiles: None, tile_rows: rows };
                         let mut y = ctx.stream().clone_htod(&vec![<$t>::NAN; m * n]).unwrap();
                         let plan = ctx.wgmma_gemm_with(&xd, m, &p.dev, &mut y, opts).unwrap();
                         let got = ctx.stream().clone_dtoh(&y).unwrap();
-                        let what = format!("wgmma M {m} K {k} N {n} k={bits} {splits:?} sms {sms:?}: {plan:?}");
+                        let what =
+                            format!("wgmma M {m} K {k} N {n} k={bits} {splits:?} rows {rows:?} sms {sms:?}: {plan:?}");
                         assert_matches(&what, &x, m, shape, &p, &got);
                         let mut again = ctx.stream().clone_htod(&vec![<$t>::NAN; m * n]).unwrap();
                         assert_eq!(ctx.wgmma_gemm_with(&xd, m, &p.dev, &mut again, opts).unwrap(), plan);

@@ -11,7 +11,7 @@
 //!
 //! # Work of a block
 //!
-//! The output is cut into tiles of [`TILE_M`] rows × [`TILE_N`] columns,
+//! The output is cut into tiles of [`tile_m`] rows × [`TILE_N`] columns,
 //! tile `t` at row tile `t % row_tiles` and column tile `t / row_tiles`
 //! (consecutive blocks share weight columns). A launch has `full` whole
 //! tiles and, with `splits > 1`, the tiles after them cut along K into
@@ -27,7 +27,7 @@
 //! // Activation (row 9, k 20) of a stage: row 9 at 9·128 bytes, its 16-byte
 //! // chunk 2 stored as chunk 2 ^ (9 % 8) = 3 (the 128-byte swizzle).
 //! assert_eq!(geo::a_offset(9, 20), 9 * 128 + 3 * 16 + 4 * 2);
-//! assert!(geo::smem_bytes(4) <= 227 * 1024);
+//! assert!(geo::smem_bytes(4, 1) <= 227 * 1024 && geo::smem_bytes(5, 2) <= 227 * 1024);
 //! ```
 
 use crate::mma::table_bytes;
@@ -40,15 +40,31 @@ pub const CONSUMERS: u32 = 256;
 pub const PRODUCERS: u32 = 128;
 /// Threads per block: two consumer warpgroups and one producer.
 pub const THREADS: u32 = CONSUMERS + PRODUCERS;
-/// Activation rows per block (the `n` of `m64n128k16`).
-pub const TILE_M: u32 = 128;
+/// Activation rows of one half of a block tile (the `n` of
+/// `m64n128k16`). A block computes one half (`h = 1`, 128 rows) or two
+/// (`h = 2`, 256 rows: each k16 step issues an MMA per half with the same
+/// A registers, so a weight is decoded once per 256 rows).
+pub const HALF_M: u32 = 128;
+/// Activation rows per block: `HALF_M · h`.
+#[inline(always)]
+pub const fn tile_m(h: u32) -> u32 {
+    HALF_M * h
+}
 /// Weight columns (outputs) per block: 64 per warpgroup.
 pub const TILE_N: u32 = 128;
-/// Pipeline stages of one K tile (64 values) each.
-pub const STAGES: u32 = 8;
-/// Bytes of a stage's activations: 128 rows × 64 values × 2 bytes (the
-/// box of the activations' tensor copy).
-pub const A_BYTES: u32 = TILE_M * 128;
+/// Pipeline stages of one K tile (64 values) each: as many as fit the
+/// shared memory at k = 5.
+#[inline(always)]
+pub const fn stages(h: u32) -> u32 {
+    if h == 1 { 8 } else { 5 }
+}
+/// Bytes of a stage's activations: `tile_m(h)` rows × 64 values × 2 bytes
+/// (the box of the activations' tensor copy); half `j` starts at
+/// `j · a_bytes(1)`.
+#[inline(always)]
+pub const fn a_bytes(h: u32) -> u32 {
+    tile_m(h) * 128
+}
 /// Alignment of a stage, and of the 128-byte swizzle pattern: 8 rows of
 /// 128 bytes.
 pub const ALIGN: u32 = 1024;
@@ -107,8 +123,8 @@ pub const S_CHUNKS: u32 = TILE_N * 2 / 16 + 1;
 /// Bytes of one stage: activations, planes, scales, rounded up to
 /// [`ALIGN`] (every stage starts on a swizzle atom).
 #[inline(always)]
-pub const fn stage_bytes(bits: u32) -> u32 {
-    (A_BYTES + 16 * (w_chunks(bits) + S_CHUNKS)).div_ceil(ALIGN) * ALIGN
+pub const fn stage_bytes(bits: u32, h: u32) -> u32 {
+    (a_bytes(h) + 16 * (w_chunks(bits) + S_CHUNKS)).div_ceil(ALIGN) * ALIGN
 }
 
 /// Offset of stage 0 from the first [`ALIGN`]-aligned shared address at or
@@ -122,18 +138,18 @@ pub const fn table_end(bits: u32) -> u32 {
 
 /// Offset of the pipeline's barrier objects from stage 0, after the
 /// stages: stage s has a "full" barrier at `8·s` (its copies have landed)
-/// and an "empty" one at `8·(STAGES + s)` (its consumers are done with it).
+/// and an "empty" one at `8·(stages + s)` (its consumers are done with it).
 #[inline(always)]
-pub const fn barriers_offset(bits: u32) -> u32 {
-    STAGES * stage_bytes(bits)
+pub const fn barriers_offset(bits: u32, h: u32) -> u32 {
+    stages(h) * stage_bytes(bits, h)
 }
 
 /// Dynamic shared memory of a block: the table, up to `ALIGN − 16` bytes
 /// of padding to the first stage (the dynamic window is 16-aligned), the
 /// stages and the barriers.
 #[inline(always)]
-pub const fn smem_bytes(bits: u32) -> u32 {
-    table_end(bits) + ALIGN - 16 + barriers_offset(bits) + 16 * STAGES
+pub const fn smem_bytes(bits: u32, h: u32) -> u32 {
+    table_end(bits) + ALIGN - 16 + barriers_offset(bits, h) + 16 * stages(h)
 }
 
 /// Byte offset of activation (row, k) in a stage: the K-major layout with
@@ -147,7 +163,7 @@ pub const fn a_offset(row: u32, k: u32) -> u32 {
 }
 
 /// The shared-memory matrix descriptor of the activations of k16 step
-/// `step` (0..4) of the stage at shared address `stage` ([`ALIGN`]-aligned):
+/// `step` (0..4) of the half at shared address `stage` ([`ALIGN`]-aligned):
 /// start address (the step's 32 bytes into each row; the hardware applies
 /// the swizzle to the full address), the stride offset [`SBO`] in 16-byte
 /// units, and layout type 1, the 128-byte swizzle. The leading offset is

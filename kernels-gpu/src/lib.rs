@@ -266,8 +266,9 @@ pub unsafe extern "ptx-kernel" fn kbit_moe_scatter_b16(
 }
 
 macro_rules! wgmma_entries {
-    ($($name:ident: $k:literal, $t:ty;)*) => {$(
-        /// Warpgroup tensor-core dequant GEMM (`wgmma::run`), k, dtype. In
+    ($($name:ident: $k:literal, $t:ty, $h:literal;)*) => {$(
+        /// Warpgroup tensor-core dequant GEMM (`wgmma::run`), k, dtype,
+        /// 128 · h activation rows per block. In
         /// the sm_90a module only (`kbit::module::ptx_for`). Parameter 8
         /// is the tensor map of `x`, by value; the tensor copies read it
         /// where it lies, through its generic address. It follows 48 bytes
@@ -288,12 +289,14 @@ macro_rules! wgmma_entries {
                 )
             };
             let a = wgmma::Args { map, packed, scales, cb, y, m, n, k, full, splits, tps };
-            unsafe { wgmma::run::<$k, $t>(&a) }
+            unsafe { wgmma::run::<$k, $t, $h>(&a) }
         }
     )*};
 }
 
 wgmma_entries! {
-    kbit_wgmma_k2_f16: 2, F16; kbit_wgmma_k3_f16: 3, F16; kbit_wgmma_k4_f16: 4, F16; kbit_wgmma_k5_f16: 5, F16;
-    kbit_wgmma_k2_bf16: 2, Bf16; kbit_wgmma_k3_bf16: 3, Bf16; kbit_wgmma_k4_bf16: 4, Bf16; kbit_wgmma_k5_bf16: 5, Bf16;
+    kbit_wgmma_k2_f16: 2, F16, 1; kbit_wgmma_k3_f16: 3, F16, 1; kbit_wgmma_k4_f16: 4, F16, 1; kbit_wgmma_k5_f16: 5, F16, 1;
+    kbit_wgmma_k2_bf16: 2, Bf16, 1; kbit_wgmma_k3_bf16: 3, Bf16, 1; kbit_wgmma_k4_bf16: 4, Bf16, 1; kbit_wgmma_k5_bf16: 5, Bf16, 1;
+    kbit_wgmma_m256_k2_f16: 2, F16, 2; kbit_wgmma_m256_k3_f16: 3, F16, 2; kbit_wgmma_m256_k4_f16: 4, F16, 2; kbit_wgmma_m256_k5_f16: 5, F16, 2;
+    kbit_wgmma_m256_k2_bf16: 2, Bf16, 2; kbit_wgmma_m256_k3_bf16: 3, Bf16, 2; kbit_wgmma_m256_k4_bf16: 4, Bf16, 2; kbit_wgmma_m256_k5_bf16: 5, Bf16, 2;
 }

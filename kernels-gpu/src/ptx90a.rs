@@ -257,3 +257,19 @@ pub unsafe fn ld_cluster_v4(addr: u32) -> [u32; 4] {
     }
     [a, b, c, d]
 }
+
+/// `setmaxnreg.inc.sync.aligned.u32 N`: this warpgroup's registers per
+/// thread rise to N (waiting until the block's pool has them). All threads
+/// of the warpgroup execute it. sm_90a.
+#[inline(always)]
+pub fn setmaxnreg_inc<const N: u32>() {
+    unsafe { asm!("setmaxnreg.inc.sync.aligned.u32 {n};", n = const N) }
+}
+
+/// `setmaxnreg.dec.sync.aligned.u32 N`: this warpgroup's registers per
+/// thread fall to N, returned to the block's pool. All threads of the
+/// warpgroup execute it. sm_90a.
+#[inline(always)]
+pub fn setmaxnreg_dec<const N: u32>() {
+    unsafe { asm!("setmaxnreg.dec.sync.aligned.u32 {n};", n = const N) }
+}

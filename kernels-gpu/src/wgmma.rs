@@ -6,8 +6,9 @@
 //! # Block tile and thread maps (`kbit_format::wgmma`)
 //!
 //! A block computes one output tile, or one K split of it
-//! ([`geo::work`]): activation rows `128·bx ..` (rows past M
-//! zero-filled, never stored) × weight columns `128·by ..` with two
+//! ([`geo::work`]): activation rows `128·H·bx ..` (rows past M
+//! zero-filled, never stored; H = 1 or 2 row halves, the const parameter)
+//! × weight columns `128·by ..` with two
 //! consumer warpgroups (threads 0..256). Warpgroup j owns columns `64j .. 64j + 63` of the tile, warp
 //! w (0..4 in the warpgroup) 16 of them, and lane (g = l / 4, t = l % 4)
 //! holds, per k16 step, the A registers of columns `16w + g` (a0, a2) and
@@ -16,14 +17,20 @@
 //! for those two columns, so the table lookups, the scale and the numerics
 //! (`T(T(cb)·T(amax))`) are those of the `mma.sync` kernel. The 64 f32
 //! accumulators of a lane are the `m64n128` D fragment: column `16w + g (+8)`,
-//! activation rows `8j + 2t (+1)`.
+//! activation rows `8j + 2t (+1)`. With two halves every k16 step issues a
+//! second MMA with the same A registers on rows 128.. of the stage, into a
+//! second set of 64 accumulators: a weight is decoded once per 256 rows.
+//! Those 128 accumulators need more registers than 384 threads have at
+//! 168 each (the entries' `.maxntid 384`): the producer warpgroup gives
+//! its registers back (`setmaxnreg.dec` to 40) and the consumers take them
+//! (`setmaxnreg.inc` to 232).
 //!
 //! # Pipeline
 //!
 //! 384 threads: the two consumer warpgroups above and a producer warpgroup
-//! (warps 8..12). [`STAGES`](geo::STAGES) stages of one K tile each, with a
+//! (warps 8..12). [`geo::stages`] stages of one K tile each, with a
 //! "full" and an "empty" `mbarrier` per stage. The producers fill a stage
-//! as soon as it is empty. The tile's 128 × 64 activations come in one
+//! as soon as it is empty. The tile's 128·H × 64 activations come in one
 //! tensor copy (TMA) that the first producer thread issues: the host's
 //! tensor map of `x` gives the box, the 128-byte swizzle of the B
 //! descriptor ([`geo::a_offset`]) and zeros past M and K; its bytes count
@@ -149,11 +156,11 @@ impl Copier {
     /// (the last tile of the last column block) is copied chunk by chunk
     /// with the bytes left, the rest zero-filled.
     #[inline(always)]
-    unsafe fn issue<const K: usize>(&self, a: &Args, n0: u32, kt: u32, st: u32, p: u32) {
+    unsafe fn issue<const K: usize, const H: u32>(&self, a: &Args, n0: u32, kt: u32, st: u32, p: u32) {
         let sp = Spans::of::<K>(kt, a.n, n0);
         let wc = geo::w_chunks(K as u32);
         let chunks = wc + geo::S_CHUNKS;
-        let dst = st + geo::A_BYTES;
+        let dst = st + geo::a_bytes(H);
         let inside = sp.w16 + 16 * wc as u64 <= self.w_total && sp.s16 + 16 * geo::S_CHUNKS as u64 <= self.s_total;
         let packed: *const u8 = a.packed.cast();
         // Chunk i's array, its size and its offset in it.
@@ -198,10 +205,10 @@ struct Lane {
 /// The A registers of the four k16 steps of the K tile in the stage at
 /// `st` (`tbl`: the decode table; `sp`: the tile's spans).
 #[inline(always)]
-unsafe fn decode<const K: usize, T: MmaElem>(st: u32, sp: Spans, tbl: u32, ln: &Lane) -> [[u32; 4]; 4] {
+unsafe fn decode<const K: usize, const H: u32, T: MmaElem>(st: u32, sp: Spans, tbl: u32, ln: &Lane) -> [[u32; 4]; 4] {
     let kb = K as u32;
-    let w = st + geo::A_BYTES + sp.w_off;
-    let s = st + geo::A_BYTES + 16 * geo::w_chunks(kb) + sp.s_off;
+    let w = st + geo::a_bytes(H) + sp.w_off;
+    let s = st + geo::a_bytes(H) + 16 * geo::w_chunks(kb) + sp.s_off;
     let one = |col: u32, h: u32| {
         let planes = unsafe { fragment::load_planes::<K>(w + 4 * (2 * kb * col + kb * h)) };
         let scale = unsafe { ptx::ld_shared_u8(s + 2 * col + h) };
@@ -227,28 +234,28 @@ unsafe fn decode<const K: usize, T: MmaElem>(st: u32, sp: Spans, tbl: u32, ln: &
 /// blocks (tiles = `ceil(M / 128)·ceil(N / 128)`) in clusters of `splits`
 /// blocks; the pointers hold what [`Args`] says.
 #[inline(always)]
-pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
+pub unsafe fn run<const K: usize, T: WgmmaElem, const H: u32>(a: &Args) {
     let kb = K as u32;
     let tid = ptx::tid();
     let k_tiles = a.k.div_ceil(64);
     let wk = geo::work(ptx::bid(), a.full, a.splits, a.tps, k_tiles);
-    let rows = a.m.div_ceil(geo::TILE_M).max(1);
+    let rows = a.m.div_ceil(geo::tile_m(H)).max(1);
     let (bx, by) = (wk.tile % rows, wk.tile / rows);
-    let m0 = geo::TILE_M * bx;
+    let m0 = geo::tile_m(H) * bx;
     let n0 = geo::TILE_N * by;
     let tbl = ptx::smem_base();
     // Stages start on a swizzle atom (the tensor copy and the descriptor
     // apply the swizzle to absolute shared addresses).
     let st0 = (tbl + geo::table_end(kb)).next_multiple_of(geo::ALIGN);
-    let stb = geo::stage_bytes(kb);
-    let stage = |kt: u32| st0 + (kt % geo::STAGES) * stb;
-    let bars = st0 + geo::barriers_offset(kb);
+    let (stb, stages) = (geo::stage_bytes(kb, H), geo::stages(H));
+    let stage = |kt: u32| st0 + (kt % stages) * stb;
+    let bars = st0 + geo::barriers_offset(kb, H);
     // Tile kt's stage is full once its copies have landed, and empty once
-    // both consumer warpgroups are done with it; use u = kt / STAGES of a
+    // both consumer warpgroups are done with it; use u = kt / stages of a
     // stage is phase u of its two barriers.
-    let full = |kt: u32| bars + 8 * (kt % geo::STAGES);
-    let empty = |kt: u32| bars + 8 * (geo::STAGES + kt % geo::STAGES);
-    let phase = |kt: u32| (kt / geo::STAGES) & 1;
+    let full = |kt: u32| bars + 8 * (kt % stages);
+    let empty = |kt: u32| bars + 8 * (stages + kt % stages);
+    let phase = |kt: u32| (kt / stages) & 1;
     // Step `i` of the block's walk over its `len` K tiles computes K tile
     // `kt0 + (i + by) mod len`: the column blocks of a row tile, which
     // read the same activations, start at different K tiles instead of all
@@ -264,7 +271,7 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
         ptx90a::prefetch_tensormap(a.map);
         // Full: every producer's copies, and the activations' tensor copy
         // (one arrival that expects its bytes).
-        for s in 0..geo::STAGES {
+        for s in 0..stages {
             unsafe { ptx90a::mbarrier_init(full(s), geo::PRODUCERS + 1) };
             unsafe { ptx90a::mbarrier_init(empty(s), geo::CONSUMERS / 32) };
         }
@@ -275,21 +282,22 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
     ptx::bar_sync();
 
     if tid >= geo::CONSUMERS {
+        ptx90a::setmaxnreg_dec::<40>();
         // The producer warpgroup: each tile's copies as soon as its stage
-        // is empty (the first STAGES tiles at once), each thread's copies
+        // is empty (the first `stages` tiles at once), each thread's copies
         // counted on the stage's full barrier when they land.
         let p = tid - geo::CONSUMERS;
         let cp = Copier::new::<K>(a);
         for kt in 0..len {
-            if kt >= geo::STAGES {
+            if kt >= stages {
                 unsafe { ptx90a::mbarrier_wait(empty(kt), phase(kt) ^ 1) };
             }
             if p == 0 {
-                unsafe { ptx90a::mbarrier_arrive_expect_tx(full(kt), geo::A_BYTES) };
+                unsafe { ptx90a::mbarrier_arrive_expect_tx(full(kt), geo::a_bytes(H)) };
                 let (k0, row0) = ((64 * tile(kt)) as i32, m0 as i32);
                 unsafe { ptx90a::tma_load_2d(stage(kt), a.map, k0, row0, full(kt)) };
             }
-            unsafe { cp.issue::<K>(a, n0, tile(kt), stage(kt), p) };
+            unsafe { cp.issue::<K, H>(a, n0, tile(kt), stage(kt), p) };
             unsafe { ptx90a::cp_async_mbarrier_arrive(full(kt)) };
         }
         ptx::cp_async_wait::<0>();
@@ -301,6 +309,7 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
         return;
     }
 
+    ptx90a::setmaxnreg_inc::<232>();
     let (warp, lane) = (tid / 32, tid % 32);
     let ln = Lane {
         col: geo::a_col(warp, lane, 0),
@@ -309,8 +318,9 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
     };
     let wait_full = |kt: u32| unsafe { ptx90a::mbarrier_wait(full(kt), phase(kt)) };
     let mut acc = [0f32; 64];
+    let mut acc1 = [0f32; 64];
     wait_full(0);
-    let mut fa = unsafe { decode::<K, T>(stage(0), Spans::of::<K>(tile(0), a.n, n0), tbl, &ln) };
+    let mut fa = unsafe { decode::<K, H, T>(stage(0), Spans::of::<K>(tile(0), a.n, n0), tbl, &ln) };
     let mut fb = [[0u32; 4]; 4];
     let mut kt = 0;
     // Unrolled by two with two sets of A registers, `fa` for even tiles
@@ -322,21 +332,31 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
         ($cur:ident, $prev:ident) => {{
             let st = stage(kt);
             T::wgmma_tile(&mut acc, &$cur, [0, 1, 2, 3].map(|s| geo::b_descriptor(st, s)));
+            if H == 2 {
+                let st1 = st + geo::a_bytes(1);
+                T::wgmma_tile(&mut acc1, &$cur, [0, 1, 2, 3].map(|s| geo::b_descriptor(st1, s)));
+            }
             // Tile kt − 1's MMAs are done (at kt = 0 there are none and
             // `fb` is zeros): `$prev` is free, and so is the stage of tile
             // kt − 1 (decoded a step ago). The warp-collective wait has
             // every lane past its MMAs, so one arrival speaks for the warp.
-            ptx90a::wgmma_wait::<1>(&mut acc, &$prev);
+            ptx90a::wgmma_wait::<H>(&mut acc, &$prev);
+            if H == 2 {
+                ptx90a::wgmma_wait::<H>(&mut acc1, &$prev);
+            }
             if kt > 0 && lane == 0 {
                 unsafe { ptx90a::mbarrier_arrive(empty(kt - 1)) };
             }
             kt += 1;
             if kt == len {
                 ptx90a::wgmma_wait::<0>(&mut acc, &$cur);
+                if H == 2 {
+                    ptx90a::wgmma_wait::<0>(&mut acc1, &$cur);
+                }
                 break;
             }
             wait_full(kt);
-            $prev = unsafe { decode::<K, T>(stage(kt), Spans::of::<K>(tile(kt), a.n, n0), tbl, &ln) };
+            $prev = unsafe { decode::<K, H, T>(stage(kt), Spans::of::<K>(tile(kt), a.n, n0), tbl, &ln) };
         }};
     }
     loop {
@@ -347,7 +367,7 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
     // Epilogue: accumulator i is (activation row d_row, weight column
     // d_col).
     let put = |i: u32, v: f32| {
-        let row = m0 + geo::d_row(lane, i);
+        let row = m0 + geo::d_row(lane, i % 64) + 128 * (i / 64);
         let col = n0 + geo::d_col(warp, lane, i);
         if row < a.m && col < a.n {
             unsafe { *a.y.add(row as usize * a.n as usize + col as usize) = T::from_f32(v) };
@@ -360,15 +380,18 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
         let chunk = |c: u32| st0 + 16 * (geo::CONSUMERS * c + tid);
         // Constant chunk indices keep the accumulators in registers.
         macro_rules! park {
-            ($($c:literal)*) => {$(unsafe {
-                let v = [acc[4 * $c], acc[4 * $c + 1], acc[4 * $c + 2], acc[4 * $c + 3]];
-                ptx::st_shared_v4(chunk($c), v.map(f32::to_bits))
+            ($acc:ident, $off:literal; $($c:literal)*) => {$(unsafe {
+                let v = [$acc[4 * $c], $acc[4 * $c + 1], $acc[4 * $c + 2], $acc[4 * $c + 3]];
+                ptx::st_shared_v4(chunk($c + $off), v.map(f32::to_bits))
             };)*};
         }
-        park!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+        park!(acc, 0; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+        if H == 2 {
+            park!(acc1, 16; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+        }
         ptx90a::cluster_sync();
         let mut c = wk.split;
-        while c < 16 {
+        while c < 16 * H {
             let mut sum = unsafe { ptx90a::ld_cluster_v4(ptx90a::mapa(chunk(c), 0)) }.map(f32::from_bits);
             for r in 1..wk.splits {
                 let v = unsafe { ptx90a::ld_cluster_v4(ptx90a::mapa(chunk(c), r)) };
@@ -386,7 +409,12 @@ pub unsafe fn run<const K: usize, T: WgmmaElem>(a: &Args) {
 
     // Constant indices keep the accumulators in registers.
     macro_rules! each_acc {
-        ($($i:literal)*) => {$( put($i, acc[$i]); )*};
+        ($($i:literal)*) => {$(
+            put($i, acc[$i]);
+            if H == 2 {
+                put($i + 64, acc1[$i]);
+            }
+        )*};
     }
     each_acc!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63);
 }
