@@ -1,8 +1,9 @@
 //! Kernel 2 at large M on sm_90 (H100, H200): the warpgroup tensor-core
 //! dequant GEMM `y[M, N] = x[M, K] · Wᵀ` of the sm_90a module
 //! (`kernels-gpu/src/wgmma.rs`). Weights are dequantized in registers into
-//! the A operand of `wgmma.m64n128k16`; blocks of 128 activation rows × 128
-//! output columns, with split-K where the tiles are too few for the SMs
+//! the A operand of `wgmma.m64n128k16`; blocks of 128 or 256 activation
+//! rows × 128 output columns, with split-K where the tiles are too few for
+//! the SMs
 //! ([`crate::wgmma_plan`]: a split tile's blocks are one cluster and add
 //! their partials in distributed shared memory). The activations reach
 //! shared memory by tensor copies (TMA) through a tensor map of `x` that
@@ -85,7 +86,7 @@ impl Context {
 
     /// `y[m, N] = x[m, K] · Wᵀ` on sm_90's warpgroup tensor cores for any
     /// `m ≥ 1`, f16 or bf16 `x` and `y` (row-major, contiguous). The weight
-    /// is dequantized once per 128 rows of `x`, in registers, with the
+    /// is dequantized once per 128 or 256 rows of `x`, in registers, with the
     /// numerics of [`Context::mma_gemm`] (`T(T(cb)·T(amax))` weights, f32
     /// accumulation), and K is split where the output tiles are too few
     /// for the SMs. Asynchronous; allocates nothing.
@@ -121,14 +122,16 @@ impl Context {
         self.wgmma_gemm_with(x, m, w, y, MmaOptions::default()).map(|_| ())
     }
 
-    /// [`Context::wgmma_gemm`] with an explicit split-K policy and SM count
-    /// (`opts.splits`, `opts.sm_count_override`; see
-    /// [`wgmma_plan::plan`]); returns the plan it launched.
+    /// [`Context::wgmma_gemm`] with an explicit split-K policy, SM count
+    /// and block rows (`opts.splits`, `opts.sm_count_override`,
+    /// `opts.tile_rows`; see [`wgmma_plan::plan`]); returns the plan it
+    /// launched.
     ///
     /// # Errors
     /// As [`Context::wgmma_gemm`], plus [`Error::SplitK`] for `Fixed(0)`,
-    /// more than 8 fixed splits, stream-K, an SM count of 0, or
-    /// `opts.stage_tiles` (this kernel's stages are fixed).
+    /// more than 8 fixed splits, stream-K, an SM count of 0, `tile_rows`
+    /// other than 128 and 256, or `opts.stage_tiles` (this kernel's stages
+    /// are fixed).
     pub fn wgmma_gemm_with<T: Element>(
         &self,
         x: &impl DevicePtr<T>,

@@ -99,7 +99,8 @@ pub struct TensorMap(pub [u64; 16]);
 /// clusters of `splits` blocks and `full` a multiple of `splits`).
 pub struct Args {
     /// Generic address of the tensor map of `x` (`[M, K]` 16-bit values,
-    /// boxes of 64 × 128 with the 128-byte swizzle): a kernel parameter.
+    /// boxes of 64 × the block's rows with the 128-byte swizzle): a kernel
+    /// parameter.
     pub map: u64,
     pub packed: *const u32,
     pub scales: *const u8,
@@ -229,10 +230,11 @@ unsafe fn decode<const K: usize, const H: u32, T: MmaElem>(st: u32, sp: Spans, t
 /// The kernel body (see the module docs).
 ///
 /// # Safety
-/// Launched with [`geo::THREADS`] threads, [`geo::smem_bytes`]`(K)` bytes of
-/// dynamic shared memory, a grid of `full + (tiles − full)·splits`
-/// blocks (tiles = `ceil(M / 128)·ceil(N / 128)`) in clusters of `splits`
-/// blocks; the pointers hold what [`Args`] says.
+/// Launched with [`geo::THREADS`] threads, [`geo::smem_bytes`]`(K, H)`
+/// bytes of dynamic shared memory, a grid of `full + (tiles − full)·splits`
+/// blocks (tiles = `ceil(M / 128H)·ceil(N / 128)`) in clusters of `splits`
+/// blocks; the pointers hold what [`Args`] says (the tensor map's box
+/// `tile_m(H)` rows).
 #[inline(always)]
 pub unsafe fn run<const K: usize, T: WgmmaElem, const H: u32>(a: &Args) {
     let kb = K as u32;
@@ -337,7 +339,8 @@ pub unsafe fn run<const K: usize, T: WgmmaElem, const H: u32>(a: &Args) {
                 T::wgmma_tile(&mut acc1, &$cur, [0, 1, 2, 3].map(|s| geo::b_descriptor(st1, s)));
             }
             // Tile kt − 1's MMAs are done (at kt = 0 there are none and
-            // `fb` is zeros): `$prev` is free, and so is the stage of tile
+            // `fb` is zeros; a tile is H groups, and the wait leaves tile
+            // kt's H queued): `$prev` is free, and so is the stage of tile
             // kt − 1 (decoded a step ago). The warp-collective wait has
             // every lane past its MMAs, so one arrival speaks for the warp.
             ptx90a::wgmma_wait::<H>(&mut acc, &$prev);
