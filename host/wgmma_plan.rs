@@ -1,10 +1,12 @@
-//! Split-K planning for the warpgroup tensor-core GEMM (sm_90, kernel 2 at
-//! large M): a pure function of the shape and the SM count, tested without
-//! a GPU.
+//! Tile and split-K planning for the warpgroup tensor-core GEMM (sm_90,
+//! kernel 2 at large M): a pure function of the shape and of the blocks
+//! the GPU holds at once by cluster size ([`Slots`]), tested without a GPU.
 //!
-//! The output is cut into `tiles = row_tiles · col_tiles` tiles of 128
-//! activation rows × 128 weight columns, each a block of one SM (the
-//! pipeline takes most of the shared memory). A grid of one block per
+//! The output is cut into `tiles = row_tiles · col_tiles` tiles of 128 or
+//! 256 activation rows (256 decode each weight once for twice the MMAs;
+//! chosen by [`cost`] beyond M = 128) × 128 weight columns, each a block of
+//! one SM (the pipeline takes most of the shared memory). A grid of one
+//! block per
 //! tile leaves SMs idle where the tiles are few (Qwen3 `down` at M = 128:
 //! 16 tiles of 80 K tiles each on 132 SMs) or end in a thin last wave. The
 //! plan keeps `full` tiles whole (whole waves, a multiple of the split
@@ -58,7 +60,7 @@ impl Slots {
 /// A launch plan of the warpgroup GEMM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WgmmaPlan {
-    /// Rows M, out features N, in features K.
+    /// Rows M.
     pub m: u32,
     /// Out features N.
     pub n: u32,
