@@ -196,16 +196,17 @@ pub fn plan(m: usize, n: usize, k: usize, slots: &Slots, splits: Splits, tile_ro
         }
         _ => {}
     }
-    let halves = match tile_rows {
-        Some(128) => vec![1],
-        Some(256) => vec![2],
+    // Row halves to consider; a slice, not a vector: this runs on every call.
+    let halves: &[u32] = match tile_rows {
+        Some(128) => &[1],
+        Some(256) => &[2],
         Some(r) => return bad("tile_rows", r as usize, "the warpgroup GEMM has blocks of 128 or 256 rows".into()),
-        None if m > geo::HALF_M as usize => vec![1, 2],
-        None => vec![1],
+        None if m > geo::HALF_M as usize => &[1, 2],
+        None => &[1],
     };
     let (m, n, k) = (m as u32, n as u32, k as u32);
     let mut best: Option<(f64, WgmmaPlan)> = None;
-    for h in halves {
+    for &h in halves {
         let (c, p) = plan_rows(m, n, k, slots, splits, h)?;
         if best.as_ref().is_none_or(|(bc, _)| c < *bc) {
             best = Some((c, p));
