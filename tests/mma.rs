@@ -1436,6 +1436,7 @@ fn wgmma_split_k_matches_the_f64_references_on_every_plan() {
         (2080, 520, 200, 5, false),
         (4096, 2048, 129, 3, true),
         (96, 72, 65, 4, false),
+        (160, 4100, 130, 2, true),
     ];
     let policies = [Splits::Auto, Splits::Fixed(1), Splits::Fixed(3), Splits::Max, Splits::Fixed(5)];
     let mut checked = 0;
@@ -1466,6 +1467,20 @@ fn wgmma_split_k_matches_the_f64_references_on_every_plan() {
         } else {
             one!(f16);
         }
+    }
+    // An output view that starts 2 bytes into its buffer: whole tiles
+    // then write y value by value, and nothing outside the view.
+    let (k, n, m) = (96, 72, 65);
+    let (p, x, xd) = prepare_with_x::<f16>(&ctx, &mut rng, k, n, 4, m);
+    for rows in [Some(128), Some(256)] {
+        let opts = MmaOptions { splits: Splits::Fixed(1), tile_rows: rows, ..MmaOptions::default() };
+        let mut buf = ctx.stream().clone_htod(&vec![f16::NAN; m * n + 2]).unwrap();
+        let plan = ctx.wgmma_gemm_with(&xd, m, &p.dev, &mut buf.slice_mut(1..m * n + 1), opts).unwrap();
+        let got = ctx.stream().clone_dtoh(&buf).unwrap();
+        let what = format!("wgmma M {m} K {k} N {n} into an unaligned view, rows {rows:?}: {plan:?}");
+        assert!(got[0].is_nan() && got[m * n + 1].is_nan(), "{what}: wrote outside the view");
+        assert_matches(&what, &x, m, Shape::new(n, k).unwrap(), &p, &got[1..m * n + 1]);
+        checked += 1;
     }
     let opts = MmaOptions { stage_tiles: Some(2), ..MmaOptions::default() };
     let p = prepare::<f16>(&ctx, &mut rng, 64, 64, 4);

@@ -197,6 +197,38 @@ pub const fn d_row(lane: u32, i: u32) -> u32 {
     8 * (i / 4) + 2 * (lane % 4) + (i & 1)
 }
 
+/// Bytes of one row of the output staging tile: [`TILE_N`] 16-bit values.
+pub const OUT_ROW_BYTES: u32 = TILE_N * 2;
+
+/// Byte offset, in the output staging tile of a whole-tile block, of the
+/// 8 outputs of activation row `row` (0..`tile_m(h)`) and weight columns
+/// `8·chunk .. 8·chunk + 8` (chunk 0..16): rows of [`OUT_ROW_BYTES`], the
+/// 16-byte chunks of a row stored at position `chunk ^ (row % 8)`. The
+/// accumulators go in as transposed 8 × 8 matrices (8 rows, one chunk
+/// each) and come out as whole rows (16 chunks of one row, 8 lanes per
+/// 128 bytes); either way the 8 chunks that one wavefront touches fall in
+/// 8 different bank groups.
+///
+/// ```
+/// use kbit_format::wgmma::out_offset;
+/// // Rows 0..8 of chunk 3: one chunk in each 16-byte bank group.
+/// let mut groups: Vec<u32> = (0..8).map(|r| out_offset(r, 3) % 128 / 16).collect();
+/// groups.sort();
+/// assert_eq!(groups, (0..8).collect::<Vec<_>>());
+/// // A split block stages its share (at most 8·h chunks of 8 rows) after
+/// // its f32 partial (16 bytes × 256 threads × 16·h chunks), inside the
+/// // stages, for every k.
+/// use kbit_format::wgmma as geo;
+/// for (bits, h) in (2..=5).flat_map(|b| [(b, 1), (b, 2)]) {
+///     let end = 16 * geo::CONSUMERS * 16 * h + 8 * h * 8 * geo::OUT_ROW_BYTES;
+///     assert!(end <= geo::barriers_offset(bits, h) && geo::tile_m(h) * geo::OUT_ROW_BYTES <= end);
+/// }
+/// ```
+#[inline(always)]
+pub const fn out_offset(row: u32, chunk: u32) -> u32 {
+    row * OUT_ROW_BYTES + 16 * (chunk ^ (row % 8))
+}
+
 /// Weight column (within the block tile) of accumulator `i` of lane
 /// `lane` of warp `warp`: rows `g` (i % 4 < 2) and `g + 8` of the warp's 16.
 #[inline(always)]

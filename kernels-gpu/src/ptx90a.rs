@@ -258,6 +258,37 @@ pub unsafe fn ld_cluster_v4(addr: u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// `stmatrix.sync.aligned.m8n8.x4.trans.shared.b16`: four 8 × 8 matrices of
+/// 16-bit values, transposed, to shared memory. Register `v[q]` of lane l
+/// holds elements (l / 4, 2·(l % 4)) and (l / 4, 2·(l % 4) + 1) of matrix
+/// q (an `mma` accumulator fragment); they land in row 2·(l % 4) (and the
+/// next) of the stored matrix, at element l / 4. Lane 8q + r gives the
+/// address of stored row r of matrix q (16 bytes, 16-aligned). sm_90.
+///
+/// # Safety
+/// Every lane's address is 16 bytes of shared memory that no one else
+/// uses meanwhile; all lanes of the warp execute it.
+#[inline(always)]
+pub unsafe fn stmatrix_x4_trans(addr: u32, v: [u32; 4]) {
+    unsafe {
+        asm!("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [{p}], {{{a}, {b}, {c}, {d}}};",
+             p = in(reg32) addr, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3])
+    }
+}
+
+/// `stmatrix.sync.aligned.m8n8.x2.trans.shared.b16`: two matrices as in
+/// [`stmatrix_x4_trans`]; lanes 0..16 give the row addresses. sm_90.
+///
+/// # Safety
+/// As for [`stmatrix_x4_trans`] (lanes 0..16's addresses).
+#[inline(always)]
+pub unsafe fn stmatrix_x2_trans(addr: u32, v: [u32; 2]) {
+    unsafe {
+        asm!("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [{p}], {{{a}, {b}}};",
+             p = in(reg32) addr, a = in(reg32) v[0], b = in(reg32) v[1])
+    }
+}
+
 /// `setmaxnreg.inc.sync.aligned.u32 N`: this warpgroup's registers per
 /// thread rise to N (waiting until the block's pool has them). All threads
 /// of the warpgroup execute it. sm_90a.

@@ -58,9 +58,20 @@
 //! 4c + 3`); a cluster barrier publishes them; split s then adds chunks s,
 //! s + splits, … of every block's partial through distributed shared
 //! memory in split order 0, 1, … (the same sums whichever block finishes
-//! first) and writes y; a second cluster barrier keeps every block's
-//! shared memory alive until all reads are done. No global workspace, no
-//! counters, no fences.
+//! first) and writes its share of y; a second cluster barrier keeps every
+//! block's shared memory alive until all reads are done. No global
+//! workspace, no counters, no fences.
+//!
+//! # Output
+//!
+//! y leaves through a staging tile in shared memory
+//! ([`geo::out_offset`]): `stmatrix … .trans` turns each 8 × 8 block of
+//! the accumulator fragments (pairs along activation rows) into 16-byte
+//! chunks of output rows, and the consumers then store whole 256-byte row
+//! segments, 16 bytes a thread. A whole tile stages over the stages; a
+//! split block stages its share after its partial. Where `n` is not a
+//! multiple of 8, y is not 16-aligned or a chunk crosses `n`, that chunk
+//! goes out value by value.
 
 use crate::fragment::{self, MmaElem};
 use crate::ptx;
@@ -367,19 +378,48 @@ pub unsafe fn run<const K: usize, T: WgmmaElem, const H: u32>(a: &Args) {
         step!(fb, fa);
     }
 
-    // Epilogue: accumulator i is (activation row d_row, weight column
-    // d_col).
-    let put = |i: u32, v: f32| {
-        let row = m0 + geo::d_row(lane, i % 64) + 128 * (i / 64);
-        let col = n0 + geo::d_col(warp, lane, i);
-        if row < a.m && col < a.n {
-            unsafe { *a.y.add(row as usize * a.n as usize + col as usize) = T::from_f32(v) };
+    // Epilogue: y goes out through a staging tile in shared memory
+    // (`geo::out_offset`), written by `stmatrix` from the accumulator
+    // fragments and read back as 16-byte chunks of rows, so that a warp
+    // stores two whole 256-byte row segments instead of 2-byte values.
+    // Staged row `srow` holds 8 outputs of tile row `trow(srow)` per chunk.
+    let write_rows = |base: u32, rows: u32, trow: &dyn Fn(u32) -> u32| {
+        // Thread t: chunk t % 16 of staged rows t / 16, t / 16 + 16, …
+        let chunk = tid % 16;
+        let col = n0 + 8 * chunk;
+        let vector = a.n % 8 == 0 && (a.y as usize) % 16 == 0 && col + 8 <= a.n;
+        let mut srow = tid / 16;
+        while srow < rows {
+            let row = m0 + trow(srow);
+            if row < a.m {
+                let v = unsafe { ptx::ld_shared_v4(base + geo::out_offset(srow, chunk)) };
+                let at = row as usize * a.n as usize + col as usize;
+                if vector {
+                    unsafe { ptx::st_v4(a.y.add(at).cast(), v) };
+                } else {
+                    for e in 0..8u32 {
+                        if col + e < a.n {
+                            unsafe { *a.y.add(at + e as usize) = (v[(e / 2) as usize] >> (16 * (e % 2))) as u16 };
+                        }
+                    }
+                }
+            }
+            srow += geo::CONSUMERS / 16;
         }
     };
+    // A warp's `stmatrix` matrix q (lanes 8q .. 8q + 8 give its 8 stored
+    // rows): weight columns 8·(q % 2) .. + 8 of the warp's 16, i.e. chunk
+    // `chunk_q` of a staged row.
+    let (q, r) = (lane / 8, lane % 8);
+    let chunk_q = geo::d_col(warp, 0, 2 * (q % 2)) / 8;
+    // Both consumer warpgroups' MMAs are done reading the stages before
+    // anything overwrites them.
+    ptx::bar_sync_named(1, geo::CONSUMERS);
     if wk.splits > 1 {
-        // Split-K (see the module docs). Both consumer warpgroups' MMAs
-        // are done reading the stages before the partial overwrites them.
-        ptx::bar_sync_named(1, geo::CONSUMERS);
+        // Split-K (see the module docs): park the f32 partial, 16-byte
+        // chunks in thread order (chunk c of thread t: accumulators 4c ..
+        // 4c + 3, activation rows 8·(c % 16) + 2t (+1) of half c / 16,
+        // weight columns g and g + 8).
         let chunk = |c: u32| st0 + 16 * (geo::CONSUMERS * c + tid);
         // Constant chunk indices keep the accumulators in registers.
         macro_rules! park {
@@ -393,31 +433,46 @@ pub unsafe fn run<const K: usize, T: WgmmaElem, const H: u32>(a: &Args) {
             park!(acc1, 16; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
         }
         ptx90a::cluster_sync();
+        // Split s sums chunks s, s + splits, … over the ranks in order and
+        // stages chunk number i as staged rows 8i .. 8i + 8, after the
+        // partials (which the other ranks are still reading).
+        let out = chunk(16 * H) - 16 * tid;
         let mut c = wk.split;
+        let mut i = 0;
         while c < 16 * H {
             let mut sum = unsafe { ptx90a::ld_cluster_v4(ptx90a::mapa(chunk(c), 0)) }.map(f32::from_bits);
-            for r in 1..wk.splits {
-                let v = unsafe { ptx90a::ld_cluster_v4(ptx90a::mapa(chunk(c), r)) };
+            for rank in 1..wk.splits {
+                let v = unsafe { ptx90a::ld_cluster_v4(ptx90a::mapa(chunk(c), rank)) };
                 sum = [0, 1, 2, 3].map(|e| sum[e] + f32::from_bits(v[e]));
             }
-            put(4 * c, sum[0]);
-            put(4 * c + 1, sum[1]);
-            put(4 * c + 2, sum[2]);
-            put(4 * c + 3, sum[3]);
+            let v = [T::pack(sum[0], sum[1]), T::pack(sum[2], sum[3])];
+            unsafe { ptx90a::stmatrix_x2_trans(out + geo::out_offset(8 * i + r, chunk_q), v) };
             c += wk.splits;
+            i += 1;
         }
+        ptx::bar_sync_named(1, geo::CONSUMERS);
+        let (split, splits) = (wk.split, wk.splits);
+        write_rows(out, 8 * i, &|srow| {
+            let c = split + splits * (srow / 8);
+            geo::HALF_M * (c / 16) + 8 * (c % 16) + srow % 8
+        });
         ptx90a::cluster_sync();
         return;
     }
 
-    // Constant indices keep the accumulators in registers.
-    macro_rules! each_acc {
-        ($($i:literal)*) => {$(
-            put($i, acc[$i]);
-            if H == 2 {
-                put($i + 64, acc1[$i]);
-            }
-        )*};
+    // A whole tile: stmatrix p of a half stores activation rows 8·(2p +
+    // q / 2) .. + 8 (accumulators 8p .. 8p + 8, two per register).
+    let row_of = |p: u32, half: u32| geo::HALF_M * half + 8 * (2 * p + q / 2) + r;
+    macro_rules! stage_out {
+        ($acc:ident, $half:literal; $($p:literal)*) => {$(unsafe {
+            let v = [0, 1, 2, 3].map(|j| T::pack($acc[8 * $p + 2 * j], $acc[8 * $p + 2 * j + 1]));
+            ptx90a::stmatrix_x4_trans(st0 + geo::out_offset(row_of($p, $half), chunk_q), v)
+        };)*};
     }
-    each_acc!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63);
+    stage_out!(acc, 0; 0 1 2 3 4 5 6 7);
+    if H == 2 {
+        stage_out!(acc1, 1; 0 1 2 3 4 5 6 7);
+    }
+    ptx::bar_sync_named(1, geo::CONSUMERS);
+    write_rows(st0, geo::tile_m(H), &|srow| srow);
 }
