@@ -436,7 +436,7 @@ pub unsafe fn run<const K: usize, T: WgmmaElem, const H: u32>(a: &Args) {
         // Split s sums chunks s, s + splits, … over the ranks in order and
         // stages chunk number i as staged rows 8i .. 8i + 8, after the
         // partials (which the other ranks are still reading).
-        let out = chunk(16 * H) - 16 * tid;
+        let out = st0 + 16 * geo::CONSUMERS * 16 * H;
         let mut c = wk.split;
         let mut i = 0;
         while c < 16 * H {
