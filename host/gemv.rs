@@ -207,6 +207,10 @@ impl SlotPlan {
     /// The staging chunk `R` (loop
     /// iterations, `R·S` tiles) holds about 64 (tile, row) pairs of
     /// activations, at least one iteration's `S` tiles and at most all of K.
+    /// A grouped call (`units > 1`) whose slots own one K tile each and
+    /// whose blocks would outnumber the SMs gives each block two column
+    /// groups (`J = 2`, the kernels' pair path): half the blocks, every
+    /// thread's two tiles loaded before the grid-dependency wait.
     pub fn new(shape: Shape, bits: u32, m: usize, sm_count: u32, units: usize, max_threads: u32) -> Self {
         let s = gs::slots(shape.n, shape.k);
         let lo = (32 / s).max(1);
@@ -226,10 +230,15 @@ impl SlotPlan {
         let n_iter = kbit_format::tile::k_tiles(shape.k).div_ceil(s as usize) as u32;
         let per_chunk = (64 / (s * m as u32)).max(1);
         let chunk = (1u32 << per_chunk.ilog2()).min(n_iter.next_power_of_two());
-        let geometry = SlotGeometry { log_cols: c.ilog2(), log_slots: s.ilog2(), log_chunk: chunk.ilog2() };
+        // Grouped calls whose slots own one K tile each and whose units
+        // would need more than one block per SM: two column groups per
+        // block, so the grid fits one round with room for the next launch.
+        let two = units > 1 && n_iter == 1 && units * shape.n.div_ceil(c as usize) > sm_count as usize;
+        let geometry =
+            SlotGeometry { log_cols: c.ilog2(), log_slots: s.ilog2(), log_chunk: chunk.ilog2(), log_reps: two as u32 };
         Self {
             geometry,
-            col_blocks: shape.n.div_ceil(c as usize) as u32,
+            col_blocks: shape.n.div_ceil(geometry.span() as usize) as u32,
             smem_bytes: geometry.smem_bytes(bits, m as u32),
         }
     }
@@ -655,7 +664,13 @@ mod tests {
                                 assert_eq!(geo.slots(), gs::slots(n, k), "{n}x{k}");
                                 assert!(geo.threads() >= 32 && geo.threads() % 32 == 0, "{geo:?}");
                                 assert!(geo.threads() <= max_threads.min(512), "{geo:?}");
-                                assert_eq!(p.col_blocks as usize, n.div_ceil(geo.cols() as usize));
+                                assert_eq!(p.col_blocks as usize, n.div_ceil(geo.span() as usize));
+                                // Two column groups only for grouped calls whose
+                                // slots own one K tile each (the pair path).
+                                if geo.reps() > 1 {
+                                    assert!(units > 1 && geo.slots() as usize >= kbit_format::tile::k_tiles(k));
+                                    assert_eq!(geo.reps(), 2);
+                                }
                                 assert!(p.smem_bytes <= 66048, "{n}x{k} k={bits} m={m}: {} bytes", p.smem_bytes);
                                 assert_eq!(SlotGeometry::unpack(geo.pack()), geo);
                             }
@@ -678,6 +693,25 @@ mod tests {
         }
         let wide = SlotPlan::new(Shape::new(14336, 4096).unwrap(), 4, 1, 132, 1, 1024);
         assert!(wide.geometry.cols() >= 32, "{wide:?}");
+    }
+
+    /// The MoE shapes over 8 or 64 experts take two column groups per
+    /// block, which brings 8 experts to one block per SM; dense calls and a
+    /// single expert never do.
+    #[test]
+    fn grouped_slot_plans_pair_columns() {
+        for (n, k) in [(512, 2048), (2048, 512)] {
+            let shape = Shape::new(n, k).unwrap();
+            for m in 1..=GEMV_MAX_M {
+                let p = SlotPlan::new(shape, 4, m, 132, 8, 512);
+                assert_eq!(p.geometry.reps(), 2, "{n}x{k} m={m}: {p:?}");
+                assert!(8 * p.col_blocks <= 132, "{n}x{k} m={m}: {p:?}");
+                assert_eq!(SlotPlan::new(shape, 4, m, 132, 64, 512).geometry.reps(), 2);
+                assert_eq!(SlotPlan::new(shape, 4, m, 132, 1, 512).geometry.reps(), 1);
+            }
+        }
+        // Slots that own two K tiles (q: 2048x4096, 16 slots of 32 tiles) keep one group.
+        assert_eq!(SlotPlan::new(Shape::new(4096, 2048).unwrap(), 4, 1, 132, 8, 512).geometry.reps(), 1);
     }
 
     #[test]

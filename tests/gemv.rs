@@ -583,14 +583,19 @@ fn random_experts(rng: &mut SmallRng, count: usize, shape: Shape, bits: u32) -> 
 }
 
 /// 8 experts with rows [1, 3, 0, 2, 4, 1, 0, 4] (clamped to max_m), max_m =
-/// 1..4, k = 2..5, f16 and bf16, on the MoE shapes and an awkward one.
+/// 1..4, k = 2..5, f16 and bf16, on the MoE shapes and two awkward ones
+/// (1056×1000: K % 64 = 32 and a ragged N, with two column groups per
+/// block). From max_m = 3 also rows [2, 0, 1, 1, 0, 3, 1, 0]: as many rows
+/// as experts, so blocks guess expert = row before the grid-dependency
+/// wait, and rows 4 and 7 guess wrong.
 #[test]
 fn grouped_gemv_eight_experts() {
     let test = "grouped_gemv_eight_experts";
     let Some(ctx) = common::gpu(test) else { return };
     let mut rng = common::rng(test);
     const PATTERN: [usize; 8] = [1, 3, 0, 2, 4, 1, 0, 4];
-    for &(k, n) in &[(2048usize, 512usize), (512, 2048), (96, 129)] {
+    const UNEVEN: [usize; 8] = [2, 0, 1, 1, 0, 3, 1, 0];
+    for &(k, n) in &[(2048usize, 512usize), (512, 2048), (96, 129), (1056, 1000)] {
         let shape = Shape::new(n, k).unwrap();
         for bits in 2..=5 {
             let tws = random_experts(&mut rng, 8, shape, bits);
@@ -601,6 +606,11 @@ fn grouped_gemv_eight_experts() {
                 let what = format!("{n}x{k} k={bits} max_m={max_m}");
                 worst = worst.max(run_grouped::<f16>(&ctx, &mut rng, &tws, &experts, &rows, max_m, &what));
                 worst = worst.max(run_grouped::<bf16>(&ctx, &mut rng, &tws, &experts, &rows, max_m, &what));
+                if max_m >= 3 {
+                    let what = format!("{what} uneven");
+                    worst = worst.max(run_grouped::<f16>(&ctx, &mut rng, &tws, &experts, &UNEVEN, max_m, &what));
+                    worst = worst.max(run_grouped::<bf16>(&ctx, &mut rng, &tws, &experts, &UNEVEN, max_m, &what));
+                }
             }
             eprintln!("{test}: N={n} K={k} k={bits}: max|y-ref|/max(|ref|,1) {worst:.2e}");
         }

@@ -10,7 +10,10 @@
 //! (column, K slot) pairs: thread `t` is column `t % C`, slot `t / C`. Each
 //! thread loads its own column's `2k` plane words per K tile, so narrow
 //! matrices can still spread over the whole GPU (up to 32 slots per
-//! column).
+//! column). A grouped block may hold `J = 2` such column groups, `J·C`
+//! columns, thread `t` taking column `t % C` and then `t % C + C`
+//! ([`Geometry::log_reps`]); every column is still summed in the order
+//! below.
 //!
 //! # Summation order (the numerics contract)
 //!
@@ -73,6 +76,11 @@ pub struct Geometry {
     pub log_slots: u32,
     /// log2 of the loop iterations whose activations are staged at once (`R`).
     pub log_chunk: u32,
+    /// log2 of the column groups per block (`J`, grouped kernels only): a
+    /// thread works on columns `c, c + C, …, c + (J − 1)·C` of the block's
+    /// `J·C`, one after the other, each in the summation order of the
+    /// module docs.
+    pub log_reps: u32,
 }
 
 impl Geometry {
@@ -88,25 +96,34 @@ impl Geometry {
     pub const fn chunk(&self) -> u32 {
         1 << self.log_chunk
     }
+    /// Column groups per block.
+    pub const fn reps(&self) -> u32 {
+        1 << self.log_reps
+    }
+    /// Columns per block, `J·C`.
+    pub const fn span(&self) -> u32 {
+        self.cols() << self.log_reps
+    }
     /// Threads per block: thread `t` is column `t % C`, slot `t / C`.
     pub const fn threads(&self) -> u32 {
         self.cols() * self.slots()
     }
-    /// The one `u32` kernel argument: `log_cols | log_slots << 8 | log_chunk << 16`.
+    /// The one `u32` kernel argument:
+    /// `log_cols | log_slots << 8 | log_chunk << 16 | log_reps << 24`.
     pub const fn pack(&self) -> u32 {
-        self.log_cols | self.log_slots << 8 | self.log_chunk << 16
+        self.log_cols | self.log_slots << 8 | self.log_chunk << 16 | self.log_reps << 24
     }
     /// Inverse of [`Geometry::pack`].
     #[inline(always)]
     pub const fn unpack(g: u32) -> Self {
-        Self { log_cols: g & 0xFF, log_slots: (g >> 8) & 0xFF, log_chunk: (g >> 16) & 0xFF }
+        Self { log_cols: g & 0xFF, log_slots: (g >> 8) & 0xFF, log_chunk: (g >> 16) & 0xFF, log_reps: g >> 24 }
     }
     /// Dynamic shared memory in bytes for `m` rows at bit width `bits`: the
     /// decode table, then the staged activations (`R·S` tiles), whose space
-    /// the final slot reduction (`S·M·C` floats) reuses.
+    /// the final slot reduction (`S·M·J·C` floats) reuses.
     pub const fn smem_bytes(&self, bits: u32, m: u32) -> u32 {
         let x = self.chunk() * self.slots() * x_tile_floats(m) * 4;
-        let red = self.slots() * m * self.cols() * 4;
+        let red = self.slots() * m * self.span() * 4;
         crate::gemv::table_bytes(bits, m) + if x > red { x } else { red }
     }
 }

@@ -64,6 +64,15 @@
 //! `≤ row`, a cached scan with no dependent loads); only the block of an
 //! expert's first row works, and empty experts own no row and launch
 //! nothing. Either way at most `max_m` rows.
+//!
+//! When every slot owns one K tile (`S ≥` the K tiles: the MoE expert
+//! shapes) and the units would need more than one block per SM, the host
+//! gives each block two column groups (`Geometry::log_reps = 1`, [`pair`]):
+//! a thread works on columns `c` and `c + C` of the block's `2C`, both
+//! tiles loaded before the grid-dependency wait from the guessed expert
+//! (`unit`), so that with half the blocks the next launch's blocks find
+//! room beside this one's and their loads overlap it, as the dense
+//! kernel's do. Each column is summed exactly as by the dense kernel.
 
 use crate::elem::{Bf16, Elem, F16};
 use crate::gemv::{build_table, each_octet, grouped_unit, lookup_at, lookup_words};
@@ -440,7 +449,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const GROUPED
         // (At M ≥ 2 the rounds took some instances past 64 registers, i.e.
         // to one 512-thread block per SM; the plain loop adds in the same order.)
         let v = if M == 1 {
-            unsafe { sum_slots_in_order(xs + c * 4, cols * 4, geo.slots()) }
+            unsafe { sum_slots_in_order::<false>(xs + c * 4, cols * 4, geo.slots()) }
         } else {
             let mut v = unsafe { ptx::ld_shared_f32(xs + (r * cols + c) * 4) };
             for s in 1..geo.slots() {
@@ -456,17 +465,81 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const GROUPED
     }
 }
 
+/// Where a block's columns and slot partials lie: its first column, the
+/// matrix width, `2^log_span` columns per block, and the reduction buffer
+/// `red[slot][row][column]` (f32) at shared address `xs`.
+struct Columns {
+    xs: u32,
+    first_col: u64,
+    n_dim: u64,
+    log_span: u32,
+    slots: u32,
+}
+
+/// Stores this thread's slot partials (`parts[j]`, even and odd element
+/// sums, of column `col + j·C`,
+/// `C = 2^log_span / J`) in the reduction buffer over the staged
+/// activations, then one thread per (row, column) adds the `S` partials in
+/// slot order and writes y (rows `< rows`, columns `< N`).
+///
+/// # Safety
+/// Every thread of the block calls it once; `y` holds `rows` rows of `N`.
+#[inline(always)]
+unsafe fn finish<const M: usize, const J: usize, T: Elem<Raw = u16>>(
+    at: &Columns,
+    parts: [[[f32; M]; 2]; J],
+    t: u32,
+    slot: u32,
+    col: u32,
+    rows: u32,
+    y: *mut u16,
+) {
+    let (xs, log_span) = (at.xs, at.log_span);
+    let span = 1u32 << log_span;
+    let red = |s: u32, r: u32, c: u32| xs + ((s * M as u32 + r) * span + c) * 4;
+    ptx::bar_sync();
+    for (j, acc) in parts.iter().enumerate() {
+        for r in 0..M {
+            let p = ptx::add_rn_f32(acc[0][r], acc[1][r]);
+            unsafe { ptx::st_shared_f32(red(slot, r as u32, col + j as u32 * (span / J as u32)), p) };
+        }
+    }
+    ptx::bar_sync();
+    let mut q = t;
+    while q < span * M as u32 {
+        let r = q >> log_span;
+        let c = q & (span - 1);
+        let v = if M == 1 {
+            unsafe { sum_slots_in_order::<true>(red(0, 0, c), span * 4, at.slots) }
+        } else {
+            let mut v = unsafe { ptx::ld_shared_f32(red(0, r, c)) };
+            for s in 1..at.slots {
+                v = ptx::add_rn_f32(v, unsafe { ptx::ld_shared_f32(red(s, r, c)) });
+            }
+            v
+        };
+        let nn = at.first_col + c as u64;
+        if r < rows && nn < at.n_dim {
+            unsafe { *y.add((r as u64 * at.n_dim + nn) as usize) = T::from_f32(v) };
+        }
+        q += ptx::block_dim();
+    }
+}
+
 /// `((v_0 + v_1) + v_2) + … + v_{S−1}` (f32 adds, round to nearest) of
 /// the slot partials `v_s` at `base + s·stride`, in slot order. The loads go
 /// in rounds of four, a whole round in flight (past the last slot a round
 /// repeats it and does not add it), so a sum of S partials waits about
-/// S / 4 shared-memory latencies instead of S.
+/// S / 4 shared-memory latencies instead of S. `PAIR` only separates the
+/// copy of [`pair`] from the one of [`body`]: with one function for both,
+/// LLVM shaped the dense instances' loop differently and ptxas took some
+/// of them past 64 registers.
 ///
 /// # Safety
 /// `base + s·stride` is a valid shared address for every `s < slots`;
 /// `slots ≥ 1`.
 #[inline(always)]
-unsafe fn sum_slots_in_order(base: u32, stride: u32, slots: u32) -> f32 {
+unsafe fn sum_slots_in_order<const PAIR: bool>(base: u32, stride: u32, slots: u32) -> f32 {
     let at = |s: u32| base + s.min(slots - 1) * stride;
     let mut v = 0f32;
     let mut s = 0u32;
@@ -613,6 +686,11 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     // own loads (64 experts × 1 row: 2-5 % slower with every block
     // requesting).
     let unit = b / col_blocks;
+    if Geometry::unpack(geom).log_reps != 0 {
+        let m = Matrices { packed, scales, words, bytes };
+        let rows = Rows { x, y, offsets, num_experts, total_rows };
+        return unsafe { pair::<M, K, T>(&m, cb, &rows, n_dim, k_dim, geom, col_block, unit) };
+    }
     if num_experts <= total_rows && unit < num_experts && b < 2 * ptx::sm_id_bound() {
         let e = unit as u64;
         let (p, s) = (packed.wrapping_add((e * words) as usize), scales.wrapping_add((e * bytes) as usize));
@@ -637,6 +715,114 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
             col_block,
         )
     }
+}
+
+/// The experts' matrices back to back: planes at `packed + e·words`,
+/// scales at `scales + e·bytes`.
+struct Matrices {
+    packed: *const u32,
+    scales: *const u8,
+    words: u64,
+    bytes: u64,
+}
+
+impl Matrices {
+    /// Expert `e`'s plane and scale arrays.
+    #[inline(always)]
+    fn of(&self, e: u32) -> (*const u32, *const u8) {
+        let e = e as u64;
+        (self.packed.wrapping_add((e * self.words) as usize), self.scales.wrapping_add((e * self.bytes) as usize))
+    }
+}
+
+/// The grouped call's activations, outputs and expert offsets.
+struct Rows {
+    x: *const u16,
+    y: *mut u16,
+    offsets: *const u32,
+    num_experts: u32,
+    total_rows: u32,
+}
+
+/// A grouped block of two column groups (`J = 2`, the host's choice for
+/// matrices whose slots own one K tile each, `S ≥` the K tiles, when the
+/// units would otherwise need more than one block per SM): columns `col`
+/// and `col + C` of the block's `2C`. Each thread's two tiles are loaded
+/// before the grid-dependency wait, from expert `unit` (its expert when
+/// there are fewer experts than rows, and with as many, the expert of row
+/// `unit` whenever every expert has one row: the decode step of a MoE
+/// layer), and again after it only when the guess was wrong. With half
+/// the blocks, the next launch's blocks find room beside this one's and
+/// do the same. Each column's arithmetic is the dense kernel's, in its
+/// order (one tile per slot, slot partials added in slot order).
+///
+/// # Safety
+/// As [`grouped`], with `S ≥ k_tiles` and `log_reps = 1` in `geom`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
+    m: &Matrices,
+    cb: *const f32,
+    io: &Rows,
+    n_dim: u32,
+    k_dim: u32,
+    geom: u32,
+    col_block: u32,
+    unit: u32,
+) {
+    let geo = Geometry::unpack(geom);
+    let t = ptx::tid();
+    let cols = geo.cols();
+    let col = t & (cols - 1);
+    let slot = t >> geo.log_cols;
+    let n_dim = n_dim as u64;
+    let first_col = col_block as u64 * 2 * cols as u64;
+    let (n_a, n_b) = (first_col + col as u64, first_col + (col + cols) as u64);
+    let k_tiles = (k_dim >> 6) + (k_dim & 63 != 0) as u32;
+    let policy = ptx::policy_evict_first();
+    // Tile `slot` of column n (the slot's only tile), if it exists.
+    let load = |(p, s): (*const u32, *const u8), n: u64| {
+        if n < n_dim && slot < k_tiles {
+            unsafe { Cursor::new::<K>(p, s, n_dim, n, slot as u64, geo.slots() as u64).load::<K>(policy) }
+        } else {
+            Tile::<K>::ZERO
+        }
+    };
+    let guessed = io.num_experts <= io.total_rows && unit < io.num_experts;
+    let (mut ta, mut tb) = (Tile::<K>::ZERO, Tile::<K>::ZERO);
+    if guessed {
+        (ta, tb) = (load(m.of(unit), n_a), load(m.of(unit), n_b));
+    }
+    ptx::after_producers();
+    let Some((e, row, rows)) = (unsafe { grouped_unit(io.offsets, io.num_experts, io.total_rows, M as u32, unit) })
+    else {
+        return;
+    };
+    if !guessed || e != unit {
+        (ta, tb) = (load(m.of(e), n_a), load(m.of(e), n_b));
+    }
+    let x = io.x.wrapping_add((row as u64 * k_dim as u64) as usize);
+    let y = io.y.wrapping_add((row as u64 * n_dim) as usize);
+
+    let base = ptx::smem_base();
+    let xs = base + g::table_bytes(K as u32, M as u32);
+    let copy = g::copy_byte(K as u32, g::rows(M as u32), t);
+    unsafe {
+        stage_x::<M, T, true>(x, k_dim, rows, 0, geo.slots(), xs, || build_table::<K, M>(cb, base));
+    }
+    ptx::bar_sync();
+    // Staged tile `slot` of the one chunk (all of K).
+    let at_x = xs + slot * gs::x_tile_floats(M as u32) * 4;
+    let (mut acc_a, mut acc_b) = ([[0f32; M]; 2], [[0f32; M]; 2]);
+    // Slots past K hold zero tiles (scale 0) against zero activations:
+    // they add +0, as the dense kernel's skipped tiles leave +0.
+    unsafe { fma_tile::<M, K>(&ta, base, copy, at_x, &mut acc_a) };
+    // One tile at a time: interleaved, the two took up to twice the
+    // registers.
+    ptx::syncwarp();
+    unsafe { fma_tile::<M, K>(&tb, base, copy, at_x, &mut acc_b) };
+    let at = Columns { xs, first_col, n_dim, log_span: geo.log_cols + 1, slots: geo.slots() };
+    unsafe { finish::<M, 2, T>(&at, [acc_a, acc_b], t, slot, col, rows, y) }
 }
 
 macro_rules! gemv_slots_entries {
