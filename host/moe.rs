@@ -2,7 +2,7 @@
 //! its dispatch.
 //!
 //! ```text
-//! max_m ≤ 2, < 32 experts with rows
+//! max_m = 1, or max_m = 2 with < 32 experts with rows
 //!                  grouped scalar GEMV (kernel 4): one launch over all experts
 //! max_m ≤ 64       grouped tensor-core GEMM (kernel 5): one launch over all experts
 //! max_m > 64       dequant + cuBLAS: grouped dequantize of the active experts
@@ -13,9 +13,10 @@
 //! The crossovers are measured (H100, 8 to 64 experts of 2048×512 and
 //! 512×2048, `bench-results/NOTES.md`): from max_m = 3 the tensor-core
 //! kernel takes less time over the two MoE matrices for every k; at
-//! max_m ≤ 2 the GEMV does while fewer than 32 experts can have rows
-//! (`min(experts, total rows)`: the GEMV's time grows with the experts it
-//! reads, the tensor-core kernel's, latency-bound at 8 experts, much less);
+//! max_m = 1 the GEMV does, and at max_m = 2 while fewer than 32 experts
+//! can have rows (`min(experts, total rows)`: the GEMV's time grows with
+//! the experts it reads, the tensor-core kernel's, latency-bound at 8
+//! experts, much less);
 //! the tensor-core kernel beats dequant + cuBLAS up to 64 rows.
 //! Activations that are not 16-byte aligned, which the grouped kernels
 //! cannot read, take the cuBLAS path from max_m = 3 on.
@@ -37,9 +38,11 @@ const GROUPED_SCALAR_MAX_M: usize = 4;
 /// Largest `max_m` the dispatch gives the grouped scalar GEMV.
 const GROUPED_SCALAR_AUTO_MAX_M: usize = 2;
 /// Experts with rows (`min(experts, total rows)`) from which the dispatch
-/// gives even max_m ≤ 2 to the grouped tensor-core GEMM (k = 4, one row per
-/// expert, both MoE matrices: 16 experts 19.2 µs GEMV against 19.3 µs; 32
-/// experts 34.2 against 29.5 µs).
+/// gives max_m = 2 to the grouped tensor-core GEMM (64 experts × 2 rows,
+/// both MoE matrices, k = 2 / 4: 69.1 / 60.5 µs GEMV against 52.9 / 52.0;
+/// 8 experts: 9.1 / 9.1 against 10.9 / 12.9). max_m = 1 stays with the
+/// GEMV at any count (64 experts × 1 row, k = 2 / 4: 41.7 / 48.5 against
+/// 54.1 / 53.1).
 const GROUPED_MMA_AUTO_MIN_UNITS: usize = 32;
 /// Largest `max_m` the grouped tensor-core GEMM serves.
 const GROUPED_MMA_MAX_M: usize = kbit_format::mma::MAX_M as usize;
@@ -111,7 +114,9 @@ impl Context {
             None => {
                 let units = experts.num_experts().min(x.len() / experts.shape().k.max(1));
                 let aligned = dptr(x, self) % 16 == 0;
-                if max_m <= GROUPED_SCALAR_AUTO_MAX_M && (units < GROUPED_MMA_AUTO_MIN_UNITS || !aligned) {
+                if max_m == 1
+                    || (max_m <= GROUPED_SCALAR_AUTO_MAX_M && (units < GROUPED_MMA_AUTO_MIN_UNITS || !aligned))
+                {
                     Kernel::GroupedScalar
                 } else if max_m <= GROUPED_MMA_MAX_M && aligned {
                     Kernel::GroupedMma

@@ -121,16 +121,19 @@ fn expert_linear_dispatches_by_max_m_and_matches_reference() {
 }
 
 #[test]
-fn expert_linear_sends_many_single_row_experts_to_the_tensor_core_kernel() {
-    let name = "expert_linear_sends_many_single_row_experts_to_the_tensor_core_kernel";
+fn expert_linear_sends_many_two_row_experts_to_the_tensor_core_kernel() {
+    let name = "expert_linear_sends_many_two_row_experts_to_the_tensor_core_kernel";
     let Some(ctx) = common::gpu(name) else { return };
     let mut rng = common::rng(name);
     let case = make_experts(&ctx, &mut rng, 40, 256, 136, 4);
-    // 32 experts with one row each (max_m 1) and 20 with two (max_m 2):
-    // enough experts for the tensor-core kernel.
+    // 32 experts with one row each (max_m 1): the GEMV at any count.
     let mut ones = [0usize; 40];
     ones[..32].fill(1);
-    assert_eq!(check::<f16>(&ctx, &mut rng, &case, &ones, 1), Kernel::GroupedMma);
+    assert_eq!(check::<f16>(&ctx, &mut rng, &case, &ones, 1), Kernel::GroupedScalar);
+    let all: Vec<usize> = vec![1; 40];
+    assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &all, 1), Kernel::GroupedScalar);
+    // 20 experts with two rows (max_m 2): enough experts for the
+    // tensor-core kernel.
     let twos: Vec<usize> = (0..40).map(|e| if e % 2 == 0 { 2 } else { 1 }).collect();
     assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &twos, 2), Kernel::GroupedMma);
     // 31 rows in all, so fewer than 32 experts can have rows: the GEMV.
