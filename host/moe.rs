@@ -38,11 +38,11 @@ const GROUPED_SCALAR_MAX_M: usize = 4;
 /// Largest `max_m` the dispatch gives the grouped scalar GEMV.
 const GROUPED_SCALAR_AUTO_MAX_M: usize = 2;
 /// Experts with rows (`min(experts, total rows)`) from which the dispatch
-/// gives max_m = 2 to the grouped tensor-core GEMM (64 experts × 2 rows,
-/// both MoE matrices, k = 2 / 4: 69.1 / 60.5 µs GEMV against 52.9 / 52.0;
-/// 8 experts: 9.1 / 9.1 against 10.9 / 12.9). max_m = 1 stays with the
-/// GEMV at any count (64 experts × 1 row, k = 2 / 4: 41.7 / 48.5 against
-/// 54.1 / 53.1).
+/// gives max_m = 2 to the grouped tensor-core GEMM (H100, both MoE
+/// matrices, `bench-results/…-b0e9c90*`: 64 experts × 2 rows, k = 2 / 4,
+/// 68.5 / 59.5 µs GEMV against 52.4 / 51.4; 8 experts 9.0 / 9.0 against
+/// 10.8 / 12.8). max_m = 1 stays with the GEMV at any count (64 experts ×
+/// 1 row, k = 2 / 4: 40.7 / 47.4 against 53.1 / 52.2).
 const GROUPED_MMA_AUTO_MIN_UNITS: usize = 32;
 /// Largest `max_m` the grouped tensor-core GEMM serves.
 const GROUPED_MMA_MAX_M: usize = kbit_format::mma::MAX_M as usize;
