@@ -2,7 +2,7 @@
 //! its dispatch.
 //!
 //! ```text
-//! max_m = 1, or max_m = 2 with < 32 experts with rows
+//! max_m = 1, or max_m = 2, 3 with < 32 experts with rows
 //!                  grouped scalar GEMV (kernel 4): one launch over all experts
 //! max_m ≤ 64       grouped tensor-core GEMM (kernel 5): one launch over all experts
 //! max_m > 64       dequant + cuBLAS: grouped dequantize of the active experts
@@ -11,15 +11,15 @@
 //! ```
 //!
 //! The crossovers are measured (H100, 8 to 64 experts of 2048×512 and
-//! 512×2048, `bench-results/NOTES.md`): from max_m = 3 the tensor-core
-//! kernel takes less time over the two MoE matrices for every k; at
-//! max_m = 1 the GEMV does, and at max_m = 2 while fewer than 32 experts
-//! can have rows (`min(experts, total rows)`: the GEMV's time grows with
-//! the experts it reads, the tensor-core kernel's, latency-bound at 8
-//! experts, much less);
+//! 512×2048, `bench-results/NOTES.md`): from max_m = 4 the tensor-core
+//! kernel takes less time over the two MoE matrices (k = 5 excepted); at
+//! max_m = 1 the GEMV does, and at max_m = 2, 3 while fewer than 32
+//! experts can have rows (`min(experts, total rows)`: the GEMV's time
+//! grows with the experts it reads, the tensor-core kernel's, latency-bound
+//! at 8 experts, much less);
 //! the tensor-core kernel beats dequant + cuBLAS up to 64 rows.
 //! Activations that are not 16-byte aligned, which the grouped kernels
-//! cannot read, take the cuBLAS path from max_m = 3 on.
+//! cannot read, take the cuBLAS path.
 //!
 //! Neither path reads `expert_offsets` on the host: row counts stay on the
 //! device and `max_m` (≥ every expert's rows) sizes the launches, so a call
@@ -35,10 +35,14 @@ use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 
 /// Largest `max_m` the grouped scalar GEMV serves.
 const GROUPED_SCALAR_MAX_M: usize = 4;
-/// Largest `max_m` the dispatch gives the grouped scalar GEMV.
-const GROUPED_SCALAR_AUTO_MAX_M: usize = 2;
+/// Largest `max_m` the dispatch gives the grouped scalar GEMV (8 experts,
+/// both MoE matrices, `…-b0e9c90.md`, max_m = 3, k = 2 / 3 / 4 / 5: 10.6 /
+/// 11.1 / 11.7 / 13.2 µs against 10.8 / 11.9 / 12.8 / 15.8 for the
+/// tensor-core kernel; max_m = 4: 11.8 / 12.4 / 13.1 / 14.3 against 10.8 /
+/// 11.9 / 12.8 / 15.8).
+const GROUPED_SCALAR_AUTO_MAX_M: usize = 3;
 /// Experts with rows (`min(experts, total rows)`) from which the dispatch
-/// gives max_m = 2 to the grouped tensor-core GEMM (H100, both MoE
+/// gives max_m = 2, 3 to the grouped tensor-core GEMM (H100, both MoE
 /// matrices, `bench-results/…-b0e9c90*`: 64 experts × 2 rows, k = 2 / 4,
 /// 68.5 / 59.5 µs GEMV against 52.4 / 51.4; 8 experts 9.0 / 9.0 against
 /// 10.8 / 12.8). max_m = 1 stays with the GEMV at any count (64 experts ×
@@ -114,9 +118,9 @@ impl Context {
             None => {
                 let units = experts.num_experts().min(x.len() / experts.shape().k.max(1));
                 let aligned = dptr(x, self) % 16 == 0;
-                if max_m == 1
-                    || (max_m <= GROUPED_SCALAR_AUTO_MAX_M && (units < GROUPED_MMA_AUTO_MIN_UNITS || !aligned))
-                {
+                // Both grouped kernels read 16-byte aligned activations only.
+                let few = units < GROUPED_MMA_AUTO_MIN_UNITS;
+                if aligned && (max_m == 1 || (max_m <= GROUPED_SCALAR_AUTO_MAX_M && few)) {
                     Kernel::GroupedScalar
                 } else if max_m <= GROUPED_MMA_MAX_M && aligned {
                     Kernel::GroupedMma

@@ -101,7 +101,7 @@ fn expert_linear_dispatches_by_max_m_and_matches_reference() {
         assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &tiny, 2), Kernel::GroupedScalar);
         let small = [1, 3, 0, 2, 4, 1, 0, 4];
         assert_eq!(check::<f16>(&ctx, &mut rng, &case, &small, 4), Kernel::GroupedMma);
-        assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &[1, 3, 0, 2, 3, 1, 0, 3], 3), Kernel::GroupedMma);
+        assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &[1, 3, 0, 2, 3, 1, 0, 3], 3), Kernel::GroupedScalar);
         let large = [5, 9, 0, 2, 16, 1, 0, 7];
         assert_eq!(check::<f16>(&ctx, &mut rng, &case, &large, 16), Kernel::GroupedMma);
         assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &large, 24), Kernel::GroupedMma);
@@ -141,6 +141,14 @@ fn expert_linear_sends_many_two_row_experts_to_the_tensor_core_kernel() {
     fewer[..30].fill(1);
     fewer[3] = 2;
     assert_eq!(check::<f16>(&ctx, &mut rng, &case, &fewer, 2), Kernel::GroupedScalar);
+    // max_m 3 follows the same rule.
+    let threes: Vec<usize> = (0..40).map(|e| if e % 4 == 0 { 3 } else { 1 }).collect();
+    assert_eq!(check::<f16>(&ctx, &mut rng, &case, &threes, 3), Kernel::GroupedMma);
+    // (31 rows again: 26 experts with one row, one with two, one with three.)
+    fewer[5] = 3;
+    fewer[6] = 0;
+    fewer[7] = 0;
+    assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &fewer, 3), Kernel::GroupedScalar);
 }
 
 #[test]
@@ -308,8 +316,15 @@ fn expert_linear_unaligned_rows_match_aligned() {
     let mut y_view = y_shifted.slice_mut(1..);
     ctx.expert_linear(&dx.slice(1..), &off, 9, &case.experts, &mut y_view).unwrap();
     ctx.force_kernel(None).unwrap();
-    // Unforced, the unaligned activations take the cuBLAS path too.
+    // Unforced, the unaligned activations take the cuBLAS path too, also
+    // at max_m = 1 (4 rows, one per expert), where aligned ones take the GEMV.
     assert_eq!(ctx.expert_linear(&dx.slice(1..), &off, 9, &case.experts, &mut y_view).unwrap(), Kernel::DequantCublas);
+    let ones = ctx.stream().clone_htod(&[0u32, 1, 2, 3, 4]).unwrap();
+    let mut y1 = ctx.stream().clone_htod(&vec![f16::NAN; 4 * shape.n]).unwrap();
+    let unaligned = ctx.expert_linear(&dx.slice(1..1 + 4 * shape.k), &ones, 1, &case.experts, &mut y1).unwrap();
+    assert_eq!(unaligned, Kernel::DequantCublas);
+    let aligned = ctx.expert_linear(&x_aligned.slice(0..4 * shape.k), &ones, 1, &case.experts, &mut y1).unwrap();
+    assert_eq!(aligned, Kernel::GroupedScalar);
     ctx.synchronize().unwrap();
     let (a, b) = (ctx.stream().clone_dtoh(&y_aligned).unwrap(), ctx.stream().clone_dtoh(&y_shifted).unwrap());
     assert!(b[0].is_nan(), "the element before the outputs was written");
