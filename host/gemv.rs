@@ -64,6 +64,13 @@ fn teams_slot(m: usize, bits: u32, dtype: Dtype) -> usize {
     4 * GEMV_MAX_M * 4 * GEMV_DTYPES.len() + ((m - 1) * 4 + (bits - 2) as usize) * GEMV_DTYPES.len() + d
 }
 
+/// Table index of a pairs instance (after the two-team ones).
+fn pairs_slot(m: usize, bits: u32, dtype: Dtype) -> usize {
+    let d = (dtype == Dtype::Bf16) as usize;
+    let before = (4 * GEMV_MAX_M + TEAMS_MAX_M) * 4 * GEMV_DTYPES.len();
+    before + ((m - 1) * 4 + (bits - 2) as usize) * GEMV_DTYPES.len() + d
+}
+
 impl GemvKernels {
     /// Resolves every `kbit_[grouped_]gemv_*` entry and lets it use the
     /// device's opt-in shared memory (the k = 4 decode table alone is 32 KB).
@@ -112,8 +119,13 @@ impl GemvKernels {
     ) -> Result<(&CudaFunction, GemvLaunch)> {
         let slots = g::uses_slots(shape.n, shape.k);
         let (i, launch) = if slots {
-            let i = slot(slots, grouped, m, bits, dtype);
-            let p = SlotPlan::new(shape, bits, m, device.sm_count, units, self.max_threads[i]);
+            // Grouped calls whose plan pairs column groups take the pairs
+            // instance; the plan fits both instances' block limits.
+            let (one, two) = (slot(slots, grouped, m, bits, dtype), pairs_slot(m, bits, dtype));
+            let max_threads =
+                if grouped { self.max_threads[one].min(self.max_threads[two]) } else { self.max_threads[one] };
+            let p = SlotPlan::new(shape, bits, m, device.sm_count, units, max_threads);
+            let i = if p.geometry.reps() > 1 { two } else { one };
             let (geom, threads) = (p.geometry.pack(), p.geometry.threads());
             let resident = self.resident_blocks(i, geom, threads, p.smem_bytes)?;
             let launch = GemvLaunch {
@@ -735,6 +747,13 @@ mod tests {
                 }
             }
         }
+        for m in 1..=GEMV_MAX_M {
+            for bits in 2..=5 {
+                for d in GEMV_DTYPES {
+                    assert!(seen.insert(pairs_slot(m, bits, d)));
+                }
+            }
+        }
         assert_eq!(seen.len(), names::all_gemv().len());
         assert!(seen.iter().all(|&s| s < seen.len()));
         // The table order of `names::all_gemv` matches `slot`.
@@ -744,5 +763,7 @@ mod tests {
         assert_eq!(all[slot(false, false, 1, 2, Dtype::F16)], "kbit_gemv_m1_k2_f16");
         assert_eq!(all[slot(true, false, 1, 2, Dtype::F16)], "kbit_gemv_slots_m1_k2_f16");
         assert_eq!(all[teams_slot(2, 3, Dtype::Bf16)], "kbit_gemv_teams_m2_k3_bf16");
+        assert_eq!(all[pairs_slot(3, 5, Dtype::F16)], "kbit_grouped_gemv_pairs_m3_k5_f16");
+        assert_eq!(all[pairs_slot(4, 5, Dtype::Bf16)], *all.last().unwrap());
     }
 }

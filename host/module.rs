@@ -209,8 +209,14 @@ pub mod names {
     pub fn gemv_teams(m: usize, bits: u32, dtype: Dtype) -> String {
         format!("kbit_gemv_teams_m{m}_k{bits}_{}", dtype.name())
     }
+    /// `kbit_grouped_gemv_pairs_m{max_m}_k{bits}_{dtype}`: the grouped
+    /// column-slot variant with two column groups per block.
+    pub fn gemv_pairs(m: usize, bits: u32, dtype: Dtype) -> String {
+        format!("kbit_grouped_gemv_pairs_m{m}_k{bits}_{}", dtype.name())
+    }
     /// Every GEMV entry point, in the kernel table's order: the four
-    /// families of [`gemv`], then the two-team instances.
+    /// families of [`gemv`], then the two-team instances, then the pairs
+    /// instances.
     pub fn all_gemv() -> Vec<String> {
         let mut v = Vec::new();
         for slots in [false, true] {
@@ -228,6 +234,13 @@ pub mod names {
             for bits in super::BITS {
                 for d in crate::gemv::GEMV_DTYPES {
                     v.push(gemv_teams(m, bits, d));
+                }
+            }
+        }
+        for m in 1..=crate::gemv::GEMV_MAX_M {
+            for bits in super::BITS {
+                for d in crate::gemv::GEMV_DTYPES {
+                    v.push(gemv_pairs(m, bits, d));
                 }
             }
         }

@@ -644,7 +644,9 @@ unsafe fn prefetch_first_tiles<const K: usize>(
 /// `b = unit·col_blocks + cb`; the block of an expert's unit
 /// (`grouped_unit`) computes column block `cb` of that expert's first
 /// `min(rows, M)` rows with exactly the dense code path; every other block
-/// returns.
+/// returns. `PAIRS` (the `kbit_grouped_gemv_pairs_*` entries): blocks of
+/// two column groups, [`pair`]; a separate entry, so that each path gets
+/// its own register allocation (in one kernel both took up to 72).
 ///
 /// # Safety
 /// `packed`/`scales` hold `num_experts` matrices `[n_dim, k_dim]` back to
@@ -654,7 +656,7 @@ unsafe fn prefetch_first_tiles<const K: usize>(
 /// inside `total_rows` rows); `x`/`y` hold `total_rows` rows.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
+pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>, const PAIRS: bool>(
     packed: *const u32,
     scales: *const u8,
     cb: *const f32,
@@ -686,7 +688,7 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     // own loads (64 experts × 1 row: 2-5 % slower with every block
     // requesting).
     let unit = b / col_blocks;
-    if Geometry::unpack(geom).log_reps != 0 {
+    if PAIRS {
         let m = Matrices { packed, scales, words, bytes };
         let rows = Rows { x, y, offsets, num_experts, total_rows };
         return unsafe { pair::<M, K, T>(&m, cb, &rows, n_dim, k_dim, geom, col_block, unit) };
@@ -757,7 +759,8 @@ struct Rows {
 /// order (one tile per slot, slot partials added in slot order).
 ///
 /// # Safety
-/// As [`grouped`], with `S ≥ k_tiles` and `log_reps = 1` in `geom`.
+/// As [`grouped`], with `S ≥ k_tiles` and `log_reps = 1` in `geom` (the
+/// host launches the pairs entries with such geometries only).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
@@ -826,7 +829,7 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
 }
 
 macro_rules! gemv_slots_entries {
-    ($($dense:ident $grouped:ident: $m:literal, $k:literal, $t:ty;)*) => {$(
+    ($($dense:ident $grouped:ident $pairs:ident: $m:literal, $k:literal, $t:ty;)*) => {$(
         /// Dense column-slot scalar GEMV ([`dense`]) for this M, k and dtype.
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $dense(
@@ -844,7 +847,22 @@ macro_rules! gemv_slots_entries {
             col_blocks: u32,
         ) {
             unsafe {
-                grouped::<$m, $k, $t>(
+                grouped::<$m, $k, $t, false>(
+                    packed, scales, cb, x, y, offsets, num_experts, total_rows, n_dim, k_dim, geom, col_blocks,
+                )
+            }
+        }
+
+        /// Grouped column-slot scalar GEMV, two column groups per block
+        /// ([`pair`]; `geom` with `log_reps = 1`), for this max_m, k and dtype.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $pairs(
+            packed: *const u32, scales: *const u8, cb: *const f32, x: *const u16, y: *mut u16,
+            offsets: *const u32, num_experts: u32, total_rows: u32, n_dim: u32, k_dim: u32, geom: u32,
+            col_blocks: u32,
+        ) {
+            unsafe {
+                grouped::<$m, $k, $t, true>(
                     packed, scales, cb, x, y, offsets, num_experts, total_rows, n_dim, k_dim, geom, col_blocks,
                 )
             }
@@ -853,36 +871,36 @@ macro_rules! gemv_slots_entries {
 }
 
 gemv_slots_entries! {
-    kbit_gemv_slots_m1_k2_f16 kbit_grouped_gemv_slots_m1_k2_f16: 1, 2, F16;
-    kbit_gemv_slots_m1_k3_f16 kbit_grouped_gemv_slots_m1_k3_f16: 1, 3, F16;
-    kbit_gemv_slots_m1_k4_f16 kbit_grouped_gemv_slots_m1_k4_f16: 1, 4, F16;
-    kbit_gemv_slots_m1_k5_f16 kbit_grouped_gemv_slots_m1_k5_f16: 1, 5, F16;
-    kbit_gemv_slots_m2_k2_f16 kbit_grouped_gemv_slots_m2_k2_f16: 2, 2, F16;
-    kbit_gemv_slots_m2_k3_f16 kbit_grouped_gemv_slots_m2_k3_f16: 2, 3, F16;
-    kbit_gemv_slots_m2_k4_f16 kbit_grouped_gemv_slots_m2_k4_f16: 2, 4, F16;
-    kbit_gemv_slots_m2_k5_f16 kbit_grouped_gemv_slots_m2_k5_f16: 2, 5, F16;
-    kbit_gemv_slots_m3_k2_f16 kbit_grouped_gemv_slots_m3_k2_f16: 3, 2, F16;
-    kbit_gemv_slots_m3_k3_f16 kbit_grouped_gemv_slots_m3_k3_f16: 3, 3, F16;
-    kbit_gemv_slots_m3_k4_f16 kbit_grouped_gemv_slots_m3_k4_f16: 3, 4, F16;
-    kbit_gemv_slots_m3_k5_f16 kbit_grouped_gemv_slots_m3_k5_f16: 3, 5, F16;
-    kbit_gemv_slots_m4_k2_f16 kbit_grouped_gemv_slots_m4_k2_f16: 4, 2, F16;
-    kbit_gemv_slots_m4_k3_f16 kbit_grouped_gemv_slots_m4_k3_f16: 4, 3, F16;
-    kbit_gemv_slots_m4_k4_f16 kbit_grouped_gemv_slots_m4_k4_f16: 4, 4, F16;
-    kbit_gemv_slots_m4_k5_f16 kbit_grouped_gemv_slots_m4_k5_f16: 4, 5, F16;
-    kbit_gemv_slots_m1_k2_bf16 kbit_grouped_gemv_slots_m1_k2_bf16: 1, 2, Bf16;
-    kbit_gemv_slots_m1_k3_bf16 kbit_grouped_gemv_slots_m1_k3_bf16: 1, 3, Bf16;
-    kbit_gemv_slots_m1_k4_bf16 kbit_grouped_gemv_slots_m1_k4_bf16: 1, 4, Bf16;
-    kbit_gemv_slots_m1_k5_bf16 kbit_grouped_gemv_slots_m1_k5_bf16: 1, 5, Bf16;
-    kbit_gemv_slots_m2_k2_bf16 kbit_grouped_gemv_slots_m2_k2_bf16: 2, 2, Bf16;
-    kbit_gemv_slots_m2_k3_bf16 kbit_grouped_gemv_slots_m2_k3_bf16: 2, 3, Bf16;
-    kbit_gemv_slots_m2_k4_bf16 kbit_grouped_gemv_slots_m2_k4_bf16: 2, 4, Bf16;
-    kbit_gemv_slots_m2_k5_bf16 kbit_grouped_gemv_slots_m2_k5_bf16: 2, 5, Bf16;
-    kbit_gemv_slots_m3_k2_bf16 kbit_grouped_gemv_slots_m3_k2_bf16: 3, 2, Bf16;
-    kbit_gemv_slots_m3_k3_bf16 kbit_grouped_gemv_slots_m3_k3_bf16: 3, 3, Bf16;
-    kbit_gemv_slots_m3_k4_bf16 kbit_grouped_gemv_slots_m3_k4_bf16: 3, 4, Bf16;
-    kbit_gemv_slots_m3_k5_bf16 kbit_grouped_gemv_slots_m3_k5_bf16: 3, 5, Bf16;
-    kbit_gemv_slots_m4_k2_bf16 kbit_grouped_gemv_slots_m4_k2_bf16: 4, 2, Bf16;
-    kbit_gemv_slots_m4_k3_bf16 kbit_grouped_gemv_slots_m4_k3_bf16: 4, 3, Bf16;
-    kbit_gemv_slots_m4_k4_bf16 kbit_grouped_gemv_slots_m4_k4_bf16: 4, 4, Bf16;
-    kbit_gemv_slots_m4_k5_bf16 kbit_grouped_gemv_slots_m4_k5_bf16: 4, 5, Bf16;
+    kbit_gemv_slots_m1_k2_f16 kbit_grouped_gemv_slots_m1_k2_f16 kbit_grouped_gemv_pairs_m1_k2_f16: 1, 2, F16;
+    kbit_gemv_slots_m1_k3_f16 kbit_grouped_gemv_slots_m1_k3_f16 kbit_grouped_gemv_pairs_m1_k3_f16: 1, 3, F16;
+    kbit_gemv_slots_m1_k4_f16 kbit_grouped_gemv_slots_m1_k4_f16 kbit_grouped_gemv_pairs_m1_k4_f16: 1, 4, F16;
+    kbit_gemv_slots_m1_k5_f16 kbit_grouped_gemv_slots_m1_k5_f16 kbit_grouped_gemv_pairs_m1_k5_f16: 1, 5, F16;
+    kbit_gemv_slots_m2_k2_f16 kbit_grouped_gemv_slots_m2_k2_f16 kbit_grouped_gemv_pairs_m2_k2_f16: 2, 2, F16;
+    kbit_gemv_slots_m2_k3_f16 kbit_grouped_gemv_slots_m2_k3_f16 kbit_grouped_gemv_pairs_m2_k3_f16: 2, 3, F16;
+    kbit_gemv_slots_m2_k4_f16 kbit_grouped_gemv_slots_m2_k4_f16 kbit_grouped_gemv_pairs_m2_k4_f16: 2, 4, F16;
+    kbit_gemv_slots_m2_k5_f16 kbit_grouped_gemv_slots_m2_k5_f16 kbit_grouped_gemv_pairs_m2_k5_f16: 2, 5, F16;
+    kbit_gemv_slots_m3_k2_f16 kbit_grouped_gemv_slots_m3_k2_f16 kbit_grouped_gemv_pairs_m3_k2_f16: 3, 2, F16;
+    kbit_gemv_slots_m3_k3_f16 kbit_grouped_gemv_slots_m3_k3_f16 kbit_grouped_gemv_pairs_m3_k3_f16: 3, 3, F16;
+    kbit_gemv_slots_m3_k4_f16 kbit_grouped_gemv_slots_m3_k4_f16 kbit_grouped_gemv_pairs_m3_k4_f16: 3, 4, F16;
+    kbit_gemv_slots_m3_k5_f16 kbit_grouped_gemv_slots_m3_k5_f16 kbit_grouped_gemv_pairs_m3_k5_f16: 3, 5, F16;
+    kbit_gemv_slots_m4_k2_f16 kbit_grouped_gemv_slots_m4_k2_f16 kbit_grouped_gemv_pairs_m4_k2_f16: 4, 2, F16;
+    kbit_gemv_slots_m4_k3_f16 kbit_grouped_gemv_slots_m4_k3_f16 kbit_grouped_gemv_pairs_m4_k3_f16: 4, 3, F16;
+    kbit_gemv_slots_m4_k4_f16 kbit_grouped_gemv_slots_m4_k4_f16 kbit_grouped_gemv_pairs_m4_k4_f16: 4, 4, F16;
+    kbit_gemv_slots_m4_k5_f16 kbit_grouped_gemv_slots_m4_k5_f16 kbit_grouped_gemv_pairs_m4_k5_f16: 4, 5, F16;
+    kbit_gemv_slots_m1_k2_bf16 kbit_grouped_gemv_slots_m1_k2_bf16 kbit_grouped_gemv_pairs_m1_k2_bf16: 1, 2, Bf16;
+    kbit_gemv_slots_m1_k3_bf16 kbit_grouped_gemv_slots_m1_k3_bf16 kbit_grouped_gemv_pairs_m1_k3_bf16: 1, 3, Bf16;
+    kbit_gemv_slots_m1_k4_bf16 kbit_grouped_gemv_slots_m1_k4_bf16 kbit_grouped_gemv_pairs_m1_k4_bf16: 1, 4, Bf16;
+    kbit_gemv_slots_m1_k5_bf16 kbit_grouped_gemv_slots_m1_k5_bf16 kbit_grouped_gemv_pairs_m1_k5_bf16: 1, 5, Bf16;
+    kbit_gemv_slots_m2_k2_bf16 kbit_grouped_gemv_slots_m2_k2_bf16 kbit_grouped_gemv_pairs_m2_k2_bf16: 2, 2, Bf16;
+    kbit_gemv_slots_m2_k3_bf16 kbit_grouped_gemv_slots_m2_k3_bf16 kbit_grouped_gemv_pairs_m2_k3_bf16: 2, 3, Bf16;
+    kbit_gemv_slots_m2_k4_bf16 kbit_grouped_gemv_slots_m2_k4_bf16 kbit_grouped_gemv_pairs_m2_k4_bf16: 2, 4, Bf16;
+    kbit_gemv_slots_m2_k5_bf16 kbit_grouped_gemv_slots_m2_k5_bf16 kbit_grouped_gemv_pairs_m2_k5_bf16: 2, 5, Bf16;
+    kbit_gemv_slots_m3_k2_bf16 kbit_grouped_gemv_slots_m3_k2_bf16 kbit_grouped_gemv_pairs_m3_k2_bf16: 3, 2, Bf16;
+    kbit_gemv_slots_m3_k3_bf16 kbit_grouped_gemv_slots_m3_k3_bf16 kbit_grouped_gemv_pairs_m3_k3_bf16: 3, 3, Bf16;
+    kbit_gemv_slots_m3_k4_bf16 kbit_grouped_gemv_slots_m3_k4_bf16 kbit_grouped_gemv_pairs_m3_k4_bf16: 3, 4, Bf16;
+    kbit_gemv_slots_m3_k5_bf16 kbit_grouped_gemv_slots_m3_k5_bf16 kbit_grouped_gemv_pairs_m3_k5_bf16: 3, 5, Bf16;
+    kbit_gemv_slots_m4_k2_bf16 kbit_grouped_gemv_slots_m4_k2_bf16 kbit_grouped_gemv_pairs_m4_k2_bf16: 4, 2, Bf16;
+    kbit_gemv_slots_m4_k3_bf16 kbit_grouped_gemv_slots_m4_k3_bf16 kbit_grouped_gemv_pairs_m4_k3_bf16: 4, 3, Bf16;
+    kbit_gemv_slots_m4_k4_bf16 kbit_grouped_gemv_slots_m4_k4_bf16 kbit_grouped_gemv_pairs_m4_k4_bf16: 4, 4, Bf16;
+    kbit_gemv_slots_m4_k5_bf16 kbit_grouped_gemv_slots_m4_k5_bf16 kbit_grouped_gemv_pairs_m4_k5_bf16: 4, 5, Bf16;
 }
