@@ -828,6 +828,45 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     unsafe { finish::<M, 2, T>(&at, [acc_a, acc_b], t, slot, col, rows, y) }
 }
 
+/// One grouped entry point: [`grouped`] with `PAIRS` for this max_m, k and dtype.
+macro_rules! grouped_entry {
+    ($name:ident, $doc:literal, $m:literal, $k:literal, $t:ty, $pairs:literal) => {
+        #[doc = $doc]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(
+            packed: *const u32,
+            scales: *const u8,
+            cb: *const f32,
+            x: *const u16,
+            y: *mut u16,
+            offsets: *const u32,
+            num_experts: u32,
+            total_rows: u32,
+            n_dim: u32,
+            k_dim: u32,
+            geom: u32,
+            col_blocks: u32,
+        ) {
+            unsafe {
+                grouped::<$m, $k, $t, $pairs>(
+                    packed,
+                    scales,
+                    cb,
+                    x,
+                    y,
+                    offsets,
+                    num_experts,
+                    total_rows,
+                    n_dim,
+                    k_dim,
+                    geom,
+                    col_blocks,
+                )
+            }
+        }
+    };
+}
+
 macro_rules! gemv_slots_entries {
     ($($dense:ident $grouped:ident $pairs:ident: $m:literal, $k:literal, $t:ty;)*) => {$(
         /// Dense column-slot scalar GEMV ([`dense`]) for this M, k and dtype.
@@ -839,34 +878,12 @@ macro_rules! gemv_slots_entries {
             unsafe { dense::<$m, $k, $t>(packed, scales, cb, x, y, n_dim, k_dim, geom) }
         }
 
-        /// Grouped (MoE) column-slot scalar GEMV ([`grouped`]) for this max_m, k and dtype.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $grouped(
-            packed: *const u32, scales: *const u8, cb: *const f32, x: *const u16, y: *mut u16,
-            offsets: *const u32, num_experts: u32, total_rows: u32, n_dim: u32, k_dim: u32, geom: u32,
-            col_blocks: u32,
-        ) {
-            unsafe {
-                grouped::<$m, $k, $t, false>(
-                    packed, scales, cb, x, y, offsets, num_experts, total_rows, n_dim, k_dim, geom, col_blocks,
-                )
-            }
-        }
-
-        /// Grouped column-slot scalar GEMV, two column groups per block
-        /// ([`pair`]; `geom` with `log_reps = 1`), for this max_m, k and dtype.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $pairs(
-            packed: *const u32, scales: *const u8, cb: *const f32, x: *const u16, y: *mut u16,
-            offsets: *const u32, num_experts: u32, total_rows: u32, n_dim: u32, k_dim: u32, geom: u32,
-            col_blocks: u32,
-        ) {
-            unsafe {
-                grouped::<$m, $k, $t, true>(
-                    packed, scales, cb, x, y, offsets, num_experts, total_rows, n_dim, k_dim, geom, col_blocks,
-                )
-            }
-        }
+        grouped_entry!($grouped, "Grouped (MoE) column-slot scalar GEMV ([`grouped`]).", $m, $k, $t, false);
+        grouped_entry!(
+            $pairs,
+            "Grouped column-slot scalar GEMV, two column groups per block ([`pair`]; `geom` with `log_reps = 1`).",
+            $m, $k, $t, true
+        );
     )*};
 }
 
