@@ -61,11 +61,14 @@
 //! compute agree stage by stage, and each item's K tiles are computed
 //! exactly once, in order. The loader cursor runs S−1 stages ahead of the
 //! compute cursor, across item boundaries. Before the programmatic-launch
-//! wait, a dense launch requests the planes and scales of those first
-//! stages into L2 and builds its decode table (no earlier kernel writes
-//! weights or codebooks), so that their latency overlaps the previous
-//! launch's tail. Each iteration: wait until
-//! ≤ S−2 copy groups are pending (the current stage has landed), barrier
+//! wait, a dense launch builds its decode table and either requests the
+//! planes and scales of those first stages into L2 or (two m blocks at
+//! k ≥ 4) issues their copies (no earlier kernel writes weights or
+//! codebooks), so that their latency overlaps the previous launch's tail.
+//! After it come the copies of the same stages (only the activations where
+//! the weights are on their way), one commit group per stage; early weight
+//! copies join the first. Each iteration: wait until ≤ S−2 copy groups are
+//! pending (the current stage has landed), barrier
 //! (everyone finished the previous stage, whose buffer is refilled next),
 //! issue the copies of stage i+S−1, commit (always, so group counting
 //! holds), compute the `len` tiles of stage i slot by slot. The copies of a
@@ -494,13 +497,14 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
 
     // Before the grid-dependency wait, a dense launch does everything that
     // needs no data an earlier kernel may write (the codebook and the
-    // weights): it requests the planes and scales of its first stages into
-    // L2 and builds its decode table, so that their latency passes while
-    // the previous launch finishes (the prefetch not for the 64-accumulator
-    // instances, MB = 4 with 128 columns: it took them from 124–128 to
-    // 157–162 registers, one block per SM; they serve M > 48, where the
-    // prologue is a small part of a call). A grouped unit is past the wait
-    // already (it had to find its expert).
+    // weights): it requests the planes and scales of its first stages (into
+    // L2, or straight into their slots: `early_weight_copies`) and builds
+    // its decode table, so that their latency passes while the previous
+    // launch finishes (not the 64-accumulator instances, MB = 4 with 128
+    // columns: an early request took them from 124–128 to 157–162
+    // registers, one block per SM; they serve M > 48, where the prologue is
+    // a small part of a call). A grouped unit is past the wait already (it
+    // had to find its expert).
     let table = unsafe { fragment::load_table::<K, MB>(a.cb, tid) };
     // The M ≤ 8 loop copies A rows 0-7 only. Where it reads all 16 rows
     // with `ldmatrix.x4` (`x2_reads`), rows 8-15 of every slot are zeroed
@@ -514,8 +518,22 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
     if table_first(K, MB) {
         unsafe { fragment::store_table::<K, MB, T>(tbl, &table, tid) };
     }
-    if B::BEFORE_WAIT && MB * NF < 16 {
+    // Early copies of the first S−1 stages' weights are not committed: they
+    // join the first group the prologue commits below.
+    let early = B::BEFORE_WAIT && early_weight_copies(K, MB);
+    if B::BEFORE_WAIT && MB * NF < 16 && !early {
         unsafe { prefetch_prologue::<K, NF, B>(a, b, &s, tid) };
+    }
+    if early {
+        let mut c = Cursor::first(ptx::bid(), &s);
+        let mut buf = st0;
+        for _ in 1..a.stages {
+            if c.live(&s) {
+                unsafe { issue::<K, MB, NF, false, WEIGHTS, B>(a, b, &c, c.stage_len(&s), buf, tid) };
+                c.advance(&s);
+            }
+            buf = next(buf);
+        }
     }
     if B::BEFORE_WAIT && !table_first(K, MB) {
         unsafe { fragment::store_table::<K, MB, T>(tbl, &table, tid) };
@@ -530,7 +548,12 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
     for _ in 1..a.stages {
         if ld.live(&s) {
             // (All 16·MB rows, those past M zero-filled.)
-            unsafe { issue::<K, MB, NF, false, B>(a, b, &ld, ld.stage_len(&s), buf_w, tid) };
+            let len = ld.stage_len(&s);
+            if early {
+                unsafe { issue::<K, MB, NF, false, ACTIVATIONS, B>(a, b, &ld, len, buf_w, tid) };
+            } else {
+                unsafe { issue::<K, MB, NF, false, ALL_PARTS, B>(a, b, &ld, len, buf_w, tid) };
+            }
             ld.advance(&s);
         }
         ptx::cp_async_commit();
@@ -558,7 +581,7 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
                 ptx::cp_async_wait_dyn(a.stages - 2);
                 ptx::bar_sync();
                 if ld.live(&s) {
-                    unsafe { issue::<K, MB, NF, $x2, B>(a, b, &ld, ld.stage_len(&s), buf_w, tid) };
+                    unsafe { issue::<K, MB, NF, $x2, ALL_PARTS, B>(a, b, &ld, ld.stage_len(&s), buf_w, tid) };
                     ld.advance(&s);
                 }
                 ptx::cp_async_commit();
@@ -727,7 +750,7 @@ unsafe fn prefetch_prologue<const K: usize, const NF: usize, B: Bases>(a: &Args,
 
 /// Whether an instance stores its decode table right after the codebook
 /// loads (otherwise later, so that the codebook loads wait behind nothing:
-/// after the L2 prefetches in a dense launch, after the first copies in a
+/// after the early weight copies in a dense launch, after the first copies in a
 /// grouped one). Measured per instance (when every launch stored its table
 /// after its first copies), the order moves ptxas's schedule of the whole
 /// kernel: the 32-row tiles at k = 2 ran 3-6 % faster table-first (Qwen3
@@ -776,8 +799,27 @@ unsafe fn zero_rows_8_15(st0: u32, slots: u32, tb: u32, tid: u32) {
     }
 }
 
+/// Whether a dense launch copies the weights of its first stages into
+/// their slots before the grid-dependency wait (otherwise it requests them
+/// into L2 there, [`prefetch_prologue`], and copies them with the
+/// activations after it). Measured against the L2 requests on the H100
+/// (M = 24 and 32, Qwen3 dense shapes): two m blocks 2-6 % faster at k = 4
+/// and 2-4 % at k = 5, but 1-6 % slower at k = 3 and ±2 % at k = 2; one m
+/// block no faster (k = 4 `o` 5 % slower at M = 5..16).
+const fn early_weight_copies(bits: usize, mb: usize) -> bool {
+    mb == 2 && bits >= 4
+}
+
+/// [`issue`] parts: the activation tile of each slot.
+const ACTIVATIONS: u32 = 1;
+/// [`issue`] parts: the plane and scale spans of each slot.
+const WEIGHTS: u32 = 2;
+/// [`issue`] parts: everything a stage holds.
+const ALL_PARTS: u32 = ACTIVATIONS | WEIGHTS;
+
 /// Issues the copies of the `len` K tiles `c.kt ..` (activations, planes,
-/// scales) of one stage into its slots at `buf`. Not committed here.
+/// scales; the `PARTS` of them) of one stage into its slots at `buf`. Not
+/// committed here.
 ///
 /// Interior stages (the common case: the stage ends at or before column K,
 /// so it holds no zero half tile, and the n tile is full, so every chunk of
@@ -787,7 +829,7 @@ unsafe fn zero_rows_8_15(st0: u32, slots: u32, tb: u32, tid: u32) {
 /// which clamp every chunk. Both write the same bytes to the
 /// slots `< len`.
 #[inline(always)]
-unsafe fn issue<const K: usize, const MB: usize, const NF: usize, const X2: bool, B: Bases>(
+unsafe fn issue<const K: usize, const MB: usize, const NF: usize, const X2: bool, const PARTS: u32, B: Bases>(
     a: &Args,
     b: B,
     c: &Cursor,
@@ -801,10 +843,14 @@ unsafe fn issue<const K: usize, const MB: usize, const NF: usize, const X2: bool
     // keep the edge copies: the interior copies' addresses and predicates
     // would raise them from 123–144 to ≈ 160 registers.
     if MB * NF < 16 && interior && a.stage_tiles <= geo::copy_stage_tiles(MB as u32, nfu) {
-        unsafe { issue_interior::<K, MB, NF, X2, B>(a, b, c, len, buf, tid) };
+        unsafe { issue_interior::<K, MB, NF, X2, PARTS, B>(a, b, c, len, buf, tid) };
     } else {
-        unsafe { issue_a_edge::<K, MB, NF, B>(a, b, c.kt, len, buf, tid) };
-        unsafe { issue_ws_edge::<K, MB, NF, B>(a, b, c, len, buf, tid) };
+        if PARTS & ACTIVATIONS != 0 {
+            unsafe { issue_a_edge::<K, MB, NF, B>(a, b, c.kt, len, buf, tid) };
+        }
+        if PARTS & WEIGHTS != 0 {
+            unsafe { issue_ws_edge::<K, MB, NF, B>(a, b, c, len, buf, tid) };
+        }
     }
 }
 
@@ -858,7 +904,14 @@ unsafe fn copy_grid(
 /// odd k), which holds the window's offset bytes (0..16) and is zero-filled
 /// beyond (warps 7 and 6 issue these).
 #[inline(always)]
-unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize, const X2: bool, B: Bases>(
+unsafe fn issue_interior<
+    const K: usize,
+    const MB: usize,
+    const NF: usize,
+    const X2: bool,
+    const PARTS: u32,
+    B: Bases,
+>(
     a: &Args,
     b: B,
     c: &Cursor,
@@ -879,28 +932,33 @@ unsafe fn issue_interior<const K: usize, const MB: usize, const NF: usize, const
     // registers, i.e. cost it its second block per SM).
     let tid = if MB * NF >= 12 { ptx::tid_here() } else { tid };
 
-    // Activations: column 64·(kt + j0) of row 0; slots step by 64·rows columns.
-    let chunks = geo::a_chunks(mbu);
-    let (rows, cols) = (geo::copy_slot_threads(chunks), geo::copy_chunk_threads(chunks));
-    let (j0, c0) = geo::copy_start(tid, chunks);
-    let x = (b.x(a) as *const u8).wrapping_add(2 * TILE_K * (c.kt + j0) as usize);
-    unrolled!(geo::copy_chunk_rounds(chunks), q => {
-        let ch = c0 + cols * q as u32;
-        if q == 0 || ch < chunks {
-            let (row, cc) = (ch >> 3, ch & 7);
-            let row_bytes = 2 * row.min(b.m(a) - 1) as u64 * a.k as u64;
-            let src = x.wrapping_add((row_bytes + 16 * cc as u64) as usize);
-            let dst = buf + j0 * tb + geo::a_offset(row, cc);
-            let live = !X2 || row < 8;
-            unrolled!(geo::copy_slot_rounds(chunks, kt_max), p => {
-                let d = rows * p as u32;
-                let at = src.wrapping_add(2 * TILE_K * d as usize);
-                let (copy, zero) = (live && j0 + d < kt_stage, row >= b.m(a) || j0 + d >= len);
-                unsafe { ptx::cp_async_16_if_or_zero(dst + d * tb, at, copy, zero) };
-            });
-        }
-    });
+    if PARTS & ACTIVATIONS != 0 {
+        // Activations: column 64·(kt + j0) of row 0; slots step by 64·rows columns.
+        let chunks = geo::a_chunks(mbu);
+        let (rows, cols) = (geo::copy_slot_threads(chunks), geo::copy_chunk_threads(chunks));
+        let (j0, c0) = geo::copy_start(tid, chunks);
+        let x = (b.x(a) as *const u8).wrapping_add(2 * TILE_K * (c.kt + j0) as usize);
+        unrolled!(geo::copy_chunk_rounds(chunks), q => {
+            let ch = c0 + cols * q as u32;
+            if q == 0 || ch < chunks {
+                let (row, cc) = (ch >> 3, ch & 7);
+                let row_bytes = 2 * row.min(b.m(a) - 1) as u64 * a.k as u64;
+                let src = x.wrapping_add((row_bytes + 16 * cc as u64) as usize);
+                let dst = buf + j0 * tb + geo::a_offset(row, cc);
+                let live = !X2 || row < 8;
+                unrolled!(geo::copy_slot_rounds(chunks, kt_max), p => {
+                    let d = rows * p as u32;
+                    let at = src.wrapping_add(2 * TILE_K * d as usize);
+                    let (copy, zero) = (live && j0 + d < kt_stage, row >= b.m(a) || j0 + d >= len);
+                    unsafe { ptx::cp_async_16_if_or_zero(dst + d * tb, at, copy, zero) };
+                });
+            }
+        });
+    }
 
+    if PARTS & WEIGHTS == 0 {
+        return;
+    }
     // Planes: the window of K tile kt + j0 from its 16-byte boundary.
     let w_span = geo::w_span_chunks(nfu, kb);
     let (j0, c0) = geo::copy_start(tid, w_span);
