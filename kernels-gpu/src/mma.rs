@@ -750,8 +750,8 @@ unsafe fn prefetch_prologue<const K: usize, const NF: usize, B: Bases>(a: &Args,
 
 /// Whether an instance stores its decode table right after the codebook
 /// loads (otherwise later, so that the codebook loads wait behind nothing:
-/// after the early weight copies in a dense launch, after the first copies in a
-/// grouped one). Measured per instance (when every launch stored its table
+/// after the L2 prefetches or early weight copies in a dense launch, after
+/// the first copies in a grouped one). Measured per instance (when every launch stored its table
 /// after its first copies), the order moves ptxas's schedule of the whole
 /// kernel: the 32-row tiles at k = 2 ran 3-6 % faster table-first (Qwen3
 /// gate/up at M = 32: 11.0 → 10.4 µs), every other instance as fast or
@@ -803,9 +803,10 @@ unsafe fn zero_rows_8_15(st0: u32, slots: u32, tb: u32, tid: u32) {
 /// their slots before the grid-dependency wait (otherwise it requests them
 /// into L2 there, [`prefetch_prologue`], and copies them with the
 /// activations after it). Measured against the L2 requests on the H100
-/// (M = 24 and 32, Qwen3 dense shapes): two m blocks 2-6 % faster at k = 4
-/// and 2-4 % at k = 5, but 1-6 % slower at k = 3 and ±2 % at k = 2; one m
-/// block no faster (k = 4 `o` 5 % slower at M = 5..16).
+/// (M = 24 and 32): two m blocks 1-6 % faster at k = 4 on the Qwen3 dense
+/// shapes (Llama-3-8B 2 % slower) and 0-3 % at k = 5, but 1-6 % slower at
+/// k = 3 and ±2 % at k = 2; one m block no faster (k = 4 `o` 5 % slower
+/// at M = 5..16).
 const fn early_weight_copies(bits: usize, mb: usize) -> bool {
     mb == 2 && bits >= 4
 }
