@@ -803,10 +803,10 @@ unsafe fn zero_rows_8_15(st0: u32, slots: u32, tb: u32, tid: u32) {
 /// their slots before the grid-dependency wait (otherwise it requests them
 /// into L2 there, [`prefetch_prologue`], and copies them with the
 /// activations after it). Measured against the L2 requests on the H100
-/// (M = 24 and 32): two m blocks 1-6 % faster at k = 4 on the Qwen3 dense
-/// shapes (Llama-3-8B 2 % slower) and 0-3 % at k = 5, but 1-6 % slower at
-/// k = 3 and ±2 % at k = 2; one m block no faster (k = 4 `o` 5 % slower
-/// at M = 5..16).
+/// (M = 24 and 32): two m blocks 2-7 % faster at k = 4 on the Qwen3 dense
+/// shapes (Llama-3-8B 2 % slower) and 2-3.5 % at k = 5 (Llama-3-70B 2-3.5 %
+/// slower), but 1-6 % slower at k = 3 and ±2 % at k = 2; one m block no
+/// faster (k = 4 `o` 5 % slower at M = 5..16).
 const fn early_weight_copies(bits: usize, mb: usize) -> bool {
     mb == 2 && bits >= 4
 }
