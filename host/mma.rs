@@ -18,13 +18,16 @@
 use crate::context::SMEM_RESERVED_PER_BLOCK;
 use crate::device::dptr;
 use crate::launch;
-use crate::module::{MMA_GROUPED_TILE_N, MMA_M_BLOCKS, MMA_STREAM, MMA_TILE_N, mma_grouped_slot, mma_slot, names};
+use crate::module::{
+    MMA_GROUPED_TILE_N, MMA_M_BLOCKS, MMA_STREAM, MMA_TILE_N, mma_grouped_slot, mma_kslots_slot, mma_slot, names,
+};
 use crate::splitk::{self, Limits, Plan, Splits, TileConfig};
 use crate::weight::check_len;
 use crate::{Context, DeviceInfo, Dtype, Element, Error, KbitWeight, Result};
 use cudarc::driver::sys::CUfunction_attribute as FnAttr;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kbit_format::mma as geo;
+use kbit_format::mma_kslots as kslots;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -52,6 +55,10 @@ pub struct MmaOptions {
     /// Warpgroup GEMM (sm_90) only: activation rows per block, 128 or 256,
     /// instead of the planner's choice.
     pub tile_rows: Option<u32>,
+    /// `Some(true)`: the K-slot variant (M ≤ 16, automatic splits and
+    /// stages only); `Some(false)`: the pipelined kernel; `None`: the
+    /// planner's choice ([`Context::mma_plan`]).
+    pub k_slots: Option<bool>,
 }
 
 /// How one kernel instance runs on this device.
@@ -237,7 +244,77 @@ impl Context {
     }
 }
 
+/// Whether the planner takes K-slot plan `p` on `sms` SMs: at most 8
+/// rows, 16-column blocks enough for every SM, and the whole grid resident
+/// at once. Each block reads all of x (M·K·2 bytes against
+/// `8·NF·K·(k + 1/4)/8` of weights), so its activation traffic grows with M
+/// where the pipelined kernel shares a tile's activations over 64 or 128
+/// columns: measured on an H100 (k = 2..5, `bench-results/NOTES.md`), the
+/// variant was 8-21 % faster on Qwen3 `q` and `gate/up` and GLM shared at
+/// M ≤ 8 where its grid fit one wave, slower with a second wave (Llama-3
+/// gate/up: +15 to +50 %, `gate/up` at k = 4: +22 %) and at M = 16 on most rows.
+fn kslots_first(p: &Plan, sms: u32) -> bool {
+    p.m <= 8 && p.n.div_ceil(16) >= sms && p.grid <= sms * p.tile.blocks_per_sm
+}
+
 impl Context {
+    /// The plan of the K-slot variant: 32-column blocks where they give
+    /// every SM two, 16-column blocks otherwise; rings of 4 stages, or 3
+    /// where that keeps the grid in one wave or two blocks per SM
+    /// (`Plan::stages`).
+    fn kslots_plan(&self, dtype: Dtype, m: usize, w: &KbitWeight, sms: u32, opts: MmaOptions) -> Result<Plan> {
+        if m > kslots::MAX_M as usize {
+            return Err(Error::Rows { m, max: kslots::MAX_M as usize });
+        }
+        if opts.splits != Splits::Auto || opts.stage_tiles.is_some() {
+            let reason = "the K-slot variant splits K over the warps of a block only".into();
+            return Err(Error::SplitK { what: "k_slots", value: 1, reason });
+        }
+        let shape = w.shape();
+        let bits = w.bits();
+        let nf = if shape.n.div_ceil(32) >= 2 * sms as usize { 4 } else { 2 };
+        let idx = mma_kslots_slot(bits, nf, dtype).expect("K-slot instance exists");
+        let info = self.info();
+        let cols = kslots::block_cols(nf);
+        let n_tiles = shape.n.div_ceil(cols as usize) as u32;
+        let per_block = |depth| kslots::smem_bytes(bits, nf, m as u32, depth) as usize + SMEM_RESERVED_PER_BLOCK;
+        let fits = |depth| per_block(depth) - SMEM_RESERVED_PER_BLOCK <= info.max_smem_per_block;
+        let resident = |depth| self.kernels.mma_kslots[idx].1.min((info.max_smem_per_sm / per_block(depth)) as u32);
+        // The deepest ring that keeps the grid in one wave, else the deepest
+        // that keeps two blocks per SM, else the deepest that fits.
+        let depths = (kslots::MIN_DEPTH..=kslots::MAX_DEPTH).rev().filter(|&d| fits(d));
+        let one_wave = depths.clone().find(|&d| n_tiles <= sms * resident(d));
+        let Some(depth) = one_wave.or_else(|| depths.clone().find(|&d| resident(d) >= 2)).or(depths.clone().next())
+        else {
+            return Err(Error::SharedMemory {
+                kernel: names::mma_kslots(bits, kslots::block_cols(nf), dtype),
+                available: info.max_smem_per_block,
+            });
+        };
+        let smem = kslots::smem_bytes(bits, nf, m as u32, depth);
+        let blocks_per_sm = resident(depth);
+        let k_tiles = shape.k.div_ceil(64) as u32;
+        let tile = TileConfig { m_blocks: 1, tile_n: cols, tile_slots: depth, blocks_per_sm };
+        Ok(Plan {
+            m: m as u32,
+            n: shape.n as u32,
+            k: shape.k as u32,
+            tile,
+            n_tiles,
+            k_tiles,
+            splits: 1,
+            tiles_per_split: k_tiles,
+            items: n_tiles,
+            stream: false,
+            k_slots: true,
+            grid: n_tiles,
+            stages: depth,
+            stage_tiles: 1,
+            workspace_f32: 0,
+            smem_bytes: smem,
+        })
+    }
+
     /// The checks the tensor-core GEMMs share: `x` holds `m·K` elements and
     /// starts on 16 bytes, `y` holds `m·N`. Returns the activation pointer
     /// and the weight's (planes, scales, codebook) pointers.
@@ -308,6 +385,21 @@ impl Context {
         let plan = self.mma_plan(T::DTYPE, m, w, opts)?;
         let (xp, weight) = self.gemm_operands(x, m, w, y.len())?;
         let (yp, _guard) = y.device_ptr_mut(self.stream());
+        if plan.k_slots {
+            let idx = mma_kslots_slot(w.bits(), plan.tile.tile_n / 8, T::DTYPE).expect("planned instance exists");
+            let f = &self.kernels.mma_kslots[idx].0;
+            let mut cfg = LaunchConfig {
+                grid_dim: (plan.grid, 1, 1),
+                block_dim: (kslots::THREADS, 1, 1),
+                shared_mem_bytes: plan.smem_bytes,
+            };
+            let programmatic = self.programmatic_now(&mut cfg, plan.tile.blocks_per_sm);
+            let [pp, sp, cp] = weight;
+            let (m, n, k, depth) = (plan.m, plan.n, plan.k, plan.stages);
+            let mut args = launch::args![xp, pp, sp, cp, yp, m, n, k, depth];
+            unsafe { launch::launch(self.stream(), f, cfg, programmatic, &mut args) }?;
+            return Ok(plan);
+        }
         let slot = mma_slot(w.bits(), plan.tile.m_blocks, plan.tile.tile_n, T::DTYPE, plan.stream)
             .expect("planned instance exists");
         let params = MmaParams::new(self, &plan, xp, weight, yp);
@@ -335,6 +427,17 @@ impl Context {
         let sms = opts.sm_count_override.unwrap_or(self.info().sm_count);
         let shape = w.shape();
         let bits = w.bits();
+        match opts.k_slots {
+            Some(true) => return self.kslots_plan(dtype, m, w, sms, opts),
+            None if opts.splits == Splits::Auto && opts.stage_tiles.is_none() && sms > 0 => {
+                if let Ok(p) = self.kslots_plan(dtype, m, w, sms, opts)
+                    && kslots_first(&p, sms)
+                {
+                    return Ok(p);
+                }
+            }
+            _ => {}
+        }
         let mb = m.div_ceil(16) as u32;
         let limits = self.mma.limits();
         let mut best: Option<(f64, u32, TileConfig, u32)> = None;

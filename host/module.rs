@@ -118,6 +118,19 @@ pub(crate) fn mma_grouped_slot(bits: u32, m_blocks: u32, dtype: Dtype) -> Option
     Some(before + (b * MMA_M_BLOCKS.len() + m) * MMA_DTYPES.len() + d)
 }
 
+/// n8 fragments per block of the K-slot mma instances (16 and 32 columns),
+/// in table order.
+pub(crate) const MMA_KSLOTS_NF: [u32; 2] = kbit_format::mma_kslots::FRAGMENTS;
+
+/// Position of a K-slot mma kernel in [`Kernels::mma_kslots`]; `None` for
+/// f32 or a fragment count outside [`MMA_KSLOTS_NF`].
+pub(crate) fn mma_kslots_slot(bits: u32, nf: u32, dtype: Dtype) -> Option<usize> {
+    let d = MMA_DTYPES.iter().position(|&x| x == dtype)?;
+    let b = BITS.iter().position(|&x| x == bits)?;
+    let f = MMA_KSLOTS_NF.iter().position(|&x| x == nf)?;
+    Some((b * MMA_KSLOTS_NF.len() + f) * MMA_DTYPES.len() + d)
+}
+
 /// Layout of a weight a dequantize kernel reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LayoutKind {
@@ -176,6 +189,23 @@ pub mod names {
             for mb in super::MMA_M_BLOCKS {
                 for d in super::MMA_DTYPES {
                     v.push(mma_grouped(bits, mb, d));
+                }
+            }
+        }
+        v
+    }
+    /// `kbit_mma_kslots_k{bits}_n{cols}_{dtype}` (tensor-core GEMM, K-slot
+    /// variant, `cols` = 16 or 32 columns per block).
+    pub fn mma_kslots(bits: u32, cols: u32, dtype: Dtype) -> String {
+        format!("kbit_mma_kslots_k{bits}_n{cols}_{}", dtype.name())
+    }
+    /// Every K-slot mma entry point, in the kernel table's order.
+    pub fn all_mma_kslots() -> Vec<String> {
+        let mut v = Vec::new();
+        for bits in super::BITS {
+            for nf in super::MMA_KSLOTS_NF {
+                for d in super::MMA_DTYPES {
+                    v.push(mma_kslots(bits, kbit_format::mma_kslots::block_cols(nf), d));
                 }
             }
         }
@@ -286,6 +316,7 @@ pub mod names {
         v.push(selftest_mma(Dtype::F16));
         v.push(selftest_mma(Dtype::Bf16));
         v.extend(all_mma());
+        v.extend(all_mma_kslots());
         v.extend(all_gemv());
         v
     }
@@ -329,6 +360,9 @@ pub(crate) struct Kernels {
     /// Tensor-core GEMM instances, indexed by [`mma_slot`] and
     /// [`mma_grouped_slot`].
     pub mma: Vec<CudaFunction>,
+    /// K-slot tensor-core GEMM instances, indexed by [`mma_kslots_slot`],
+    /// with the blocks of each that its registers let an SM hold.
+    pub mma_kslots: Vec<(CudaFunction, u32)>,
     /// Scalar GEMV instances (dense and grouped).
     pub gemv: crate::gemv::GemvKernels,
     /// Warpgroup tensor-core GEMM instances (sm_90 only), in
@@ -395,13 +429,26 @@ impl Kernels {
         };
         let grouped_dequant = [gd(2)?, gd(3)?, gd(4)?, gd(5)?];
         let mma = names::all_mma().into_iter().map(get).collect::<Result<Vec<_>>>()?;
+        use cudarc::driver::sys::CUfunction_attribute as FnAttr;
+        let max_smem = ctx.attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )?;
+        let mut mma_kslots = Vec::new();
+        {
+            for name in names::all_mma_kslots() {
+                let f = get(name)?;
+                // Any size up to the device's limit: the ring depth and a
+                // programmatic launch decide how much a launch asks for.
+                f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, max_smem)?;
+                // Blocks per SM as registers allow; the plan adds shared memory.
+                let threads = kbit_format::mma_kslots::THREADS;
+                let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)?;
+                mma_kslots.push((f, per_sm));
+            }
+        }
         let gemv = crate::gemv::GemvKernels::load(ctx, &module)?;
         let mut wgmma = Vec::new();
         if has_wgmma(cc) {
-            use cudarc::driver::sys::CUfunction_attribute as FnAttr;
-            let max_smem = ctx.attribute(
-                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-            )?;
             let sms =
                 ctx.attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
             let sms = sms.max(1) as u32;
@@ -428,6 +475,7 @@ impl Kernels {
             moe_rows,
             grouped_dequant,
             mma,
+            mma_kslots,
             gemv,
             wgmma,
         })

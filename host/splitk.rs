@@ -110,6 +110,10 @@ pub struct Plan {
     pub items: u32,
     /// Stream-K (see the module docs).
     pub stream: bool,
+    /// The K-slot variant (`kbit_mma_kslots_*`): blocks of `tile.tile_n` =
+    /// 16 or 32 columns and all of K, split over their 8 warps, one block
+    /// per n tile; no split-K, no pipeline stages, no workspace.
+    pub k_slots: bool,
     /// Persistent grid: `min(items, SMs · blocks_per_sm)`.
     pub grid: u32,
     /// Pipeline stages (2..=[`geo::MAX_STAGES`]).
@@ -472,6 +476,7 @@ pub fn plan(
         tiles_per_split: tps,
         items,
         stream: stream_grid.is_some(),
+        k_slots: false,
         grid,
         stages,
         stage_tiles,

@@ -840,7 +840,13 @@ fn check_case<T: Element>(ctx: &Context, rng: &mut SmallRng, c: &Case) {
     let p = prepare::<T>(ctx, rng, c.k, c.n, c.bits);
     let x: Vec<T> = common::uniform(rng, c.m * c.k);
     let xd = ctx.stream().clone_htod(&x).unwrap();
-    let opts = MmaOptions { splits: c.splits, sm_count_override: c.sms, stage_tiles: c.stage_tiles, tile_rows: None };
+    let opts = MmaOptions {
+        splits: c.splits,
+        sm_count_override: c.sms,
+        stage_tiles: c.stage_tiles,
+        tile_rows: None,
+        k_slots: None,
+    };
     if let Err(e @ Error::SplitK { what: "stage_tiles", .. }) = ctx.mma_plan(T::DTYPE, c.m, &p.dev, opts) {
         // Only where this GPU's shared memory holds fewer than two such stages.
         eprintln!("M {} K {} N {} k={}: {e}; case skipped", c.m, c.k, c.n, c.bits);
@@ -961,6 +967,75 @@ fn mma_gemm_matches_the_f64_references() {
     eprintln!("mma_gemm: {} cases match", cs.len());
 }
 
+/// One forced K-slot call of `m` rows on fresh data, checked against the
+/// references and repeated (identical bits); returns its plan.
+fn kslots_case<T: Element>(
+    ctx: &Context,
+    rng: &mut SmallRng,
+    what: &str,
+    m: usize,
+    shape: Shape,
+    bits: u32,
+) -> kbit::Plan {
+    let opts = MmaOptions { k_slots: Some(true), ..MmaOptions::default() };
+    let p = prepare::<T>(ctx, rng, shape.k, shape.n, bits);
+    let x: Vec<T> = common::uniform(rng, m * shape.k);
+    let xd = ctx.stream().clone_htod(&x).unwrap();
+    let (y, plan) = run(ctx, &xd, m, &p.dev, opts);
+    assert_matches(what, &x, m, shape, &p, &y);
+    let (again, _) = run(ctx, &xd, m, &p.dev, opts);
+    common::assert_bits_eq(&again, &y, &format!("{what}: repeated call"));
+    plan
+}
+
+/// The K-slot variant (`MmaOptions::k_slots`), forced on every k, both
+/// dtypes and both block widths (16 and 32 columns, chosen by N against
+/// the SM count), against the f64 references: M = 1..16, the design's
+/// shapes and awkward ones (N = 8, 72, 4100: partial blocks and windows
+/// that start mid-chunk; K = 32, 96: slots without tiles, and K % 64 == 32:
+/// the zero half tile), poisoned outputs, and a repeated call bit-identical.
+#[test]
+fn kslots_variant_matches_the_f64_references() {
+    let Some(ctx) = common::gpu("kslots_variant_matches_the_f64_references") else { return };
+    let mut rng = common::rng("kslots_variant_matches_the_f64_references");
+    let mut shapes: Vec<(usize, usize)> = common::SHAPES.iter().map(|&(_, k, n)| (k, n)).collect();
+    shapes.extend([(32, 4100), (96, 72), (8192, 8), (8192, 4100), (2080, 520), (4096, 14336)]);
+    let ms = [1usize, 2, 3, 4, 5, 8, 13, 16];
+    let mut i = 0usize;
+    let mut widths = std::collections::BTreeSet::new();
+    for &(k, n) in &shapes {
+        for bits in 2..=5u32 {
+            for bf in [false, true] {
+                let m = ms[i % ms.len()];
+                i += 1;
+                let shape = Shape::new(n, k).unwrap();
+                let what = format!("K-slot M {m} K {k} N {n} k={bits} bf16={bf}");
+                let plan = if bf {
+                    kslots_case::<bf16>(&ctx, &mut rng, &what, m, shape, bits)
+                } else {
+                    kslots_case::<f16>(&ctx, &mut rng, &what, m, shape, bits)
+                };
+                assert!(plan.k_slots && plan.splits == 1 && plan.workspace_f32 == 0, "{what}: {plan:?}");
+                assert_eq!(plan.grid as usize, n.div_ceil(plan.tile.tile_n as usize), "{what}: {plan:?}");
+                widths.insert(plan.tile.tile_n);
+            }
+        }
+    }
+    assert_eq!(widths.into_iter().collect::<Vec<_>>(), [16, 32], "both block widths tested");
+    // Past one m block, and any split policy but the automatic one, are
+    // refused by name.
+    let p = prepare::<f16>(&ctx, &mut rng, 64, 64, 4);
+    let x = ctx.stream().clone_htod(&vec![f16::ZERO; 17 * 64]).unwrap();
+    let mut y = ctx.stream().alloc_zeros::<f16>(17 * 64).unwrap();
+    let opts = MmaOptions { k_slots: Some(true), ..MmaOptions::default() };
+    let e = ctx.mma_gemm_with(&x, 17, &p.dev, &mut y, opts).unwrap_err();
+    assert!(matches!(e, Error::Rows { m: 17, max: 16 }), "{e}");
+    let fixed = MmaOptions { splits: Splits::Fixed(2), ..opts };
+    let e = ctx.mma_gemm_with(&x, 16, &p.dev, &mut y, fixed).unwrap_err();
+    assert!(matches!(e, Error::SplitK { what: "k_slots", .. }), "{e}");
+    eprintln!("K-slot variant: {i} cases match");
+}
+
 /// The M ≤ 8 loop of the one-m-block, 128-column instances (k = 3, 4:
 /// activation rows 8-15 zeroed once at the start and read with
 /// `ldmatrix.x4`; k = 5: rows 0-7 with `ldmatrix.x2`) gives the rows of an
@@ -973,7 +1048,7 @@ fn small_m_loop_gives_the_rows_of_the_m16_call() {
     let Some(ctx) = common::gpu("small_m_loop_gives_the_rows_of_the_m16_call") else { return };
     let mut rng = common::rng("small_m_loop_gives_the_rows_of_the_m16_call");
     let (k, n, sms) = (2080, 64 * 128 + 72, 8);
-    let opts = MmaOptions { sm_count_override: Some(sms), ..MmaOptions::default() };
+    let opts = MmaOptions { sm_count_override: Some(sms), k_slots: Some(false), ..MmaOptions::default() };
     for bits in [3, 4, 5] {
         let p = prepare::<f16>(&ctx, &mut rng, k, n, bits);
         let x16: Vec<f16> = common::uniform(&mut rng, 16 * k);
@@ -1012,8 +1087,13 @@ fn mma_gemm_is_deterministic_across_interleaved_plans() {
     assert!(pa.splits > 1, "{pa:?}");
     let (yb, _) = run(&ctx, &xb, 9, &b.dev, max);
     for round in 0..5 {
-        let three_of_5 =
-            MmaOptions { splits: Splits::Fixed(3), sm_count_override: Some(5), stage_tiles: Some(4), tile_rows: None };
+        let three_of_5 = MmaOptions {
+            splits: Splits::Fixed(3),
+            sm_count_override: Some(5),
+            stage_tiles: Some(4),
+            tile_rows: None,
+            k_slots: None,
+        };
         for opts in [max, MmaOptions::default(), three_of_5] {
             let (y2, _) = run(&ctx, &xb, 9, &b.dev, opts);
             if opts == max {
@@ -1045,7 +1125,7 @@ fn wide_stages_take_stream_k_on_matrices_with_most_of_an_sm_in_tiles() {
         for (m, w, sms, stream) in
             [(16, &big, 132, true), (4, &big, 132, true), (16, &glm, 132, false), (16, &big, 160, false)]
         {
-            let opts = MmaOptions { sm_count_override: Some(sms), ..MmaOptions::default() };
+            let opts = MmaOptions { sm_count_override: Some(sms), k_slots: Some(false), ..MmaOptions::default() };
             let p = ctx.mma_plan(kbit::Dtype::F16, m, &w.dev, opts).unwrap();
             let want = stream;
             assert_eq!(p.stream, want, "k = {bits}, M = {m}, {sms} SMs: {p:?}");
@@ -1060,7 +1140,7 @@ fn wide_stages_take_stream_k_on_matrices_with_most_of_an_sm_in_tiles() {
     // Two m blocks on the same matrix: 128-column tiles in wide stages.
     for bits in [2, 3, 4, 5] {
         let big = prepare::<f16>(&ctx, &mut rng, 4096, 14336, bits);
-        let opts = MmaOptions { sm_count_override: Some(132), ..MmaOptions::default() };
+        let opts = MmaOptions { sm_count_override: Some(132), k_slots: Some(false), ..MmaOptions::default() };
         let p = ctx.mma_plan(kbit::Dtype::F16, 24, &big.dev, opts).unwrap();
         assert_eq!((p.tile.m_blocks, p.tile.tile_n, p.stage_tiles), (2, 128, 4), "k = {bits}: {p:?}");
         check_plan(&p, &format!("k = {bits}, M = 24"));
@@ -1081,7 +1161,7 @@ fn wide_tiles_take_matrices_that_fill_the_gpu_without_split_k() {
     for bits in [3, 4] {
         let w = prepare::<f16>(&ctx, &mut rng, 256, 134 * 128, bits);
         for (m, sms, wide) in [(16, 132, true), (5, 132, true), (17, 132, false), (16, 140, false)] {
-            let opts = MmaOptions { sm_count_override: Some(sms), ..MmaOptions::default() };
+            let opts = MmaOptions { sm_count_override: Some(sms), k_slots: Some(false), ..MmaOptions::default() };
             let p = ctx.mma_plan(kbit::Dtype::F16, m, &w.dev, opts).unwrap();
             if wide {
                 assert_eq!((p.tile.tile_n, p.splits), (128, 1), "k = {bits}, M = {m}, {sms} SMs: {p:?}");
@@ -1447,7 +1527,13 @@ fn wgmma_split_k_matches_the_f64_references_on_every_plan() {
                 let (p, x, xd) = prepare_with_x::<$t>(&ctx, &mut rng, k, n, bits, m);
                 for (splits, rows) in policies.into_iter().flat_map(|s| [(s, Some(128)), (s, Some(256))]) {
                     for sms in [None, Some(128), Some(132)] {
-                        let opts = MmaOptions { splits, sm_count_override: sms, stage_tiles: None, tile_rows: rows };
+                        let opts = MmaOptions {
+                            splits,
+                            sm_count_override: sms,
+                            stage_tiles: None,
+                            tile_rows: rows,
+                            k_slots: None,
+                        };
                         let mut y = ctx.stream().clone_htod(&vec![<$t>::NAN; m * n]).unwrap();
                         let plan = ctx.wgmma_gemm_with(&xd, m, &p.dev, &mut y, opts).unwrap();
                         let got = ctx.stream().clone_dtoh(&y).unwrap();

@@ -155,6 +155,7 @@ macro_rules! unrolled {
         }
     }};
 }
+pub(crate) use unrolled;
 
 /// Kernel arguments (all validated by the host).
 #[derive(Clone, Copy)]

@@ -1,0 +1,279 @@
+//! Kernel 2, K-slot variant: the tensor-core dequant GEMM for M ≤ 16 where
+//! narrow column blocks alone fill the GPU. No block-wide pipeline and no
+//! split-K workspace: each warp streams its own K tiles through its own
+//! `cp.async` ring and dequantizes them into `mma.m16n8k16` B fragments
+//! ([`crate::fragment`]), as the K slots of the column-slot GEMV
+//! ([`crate::gemv_slots`]) do with scalar FMAs.
+//!
+//! # Work mapping (`kbit_format::mma_kslots`)
+//!
+//! A block owns `8·NF` consecutive columns and all of K. Warp `w` is K slot
+//! `w`: it takes the K tiles `kt = w, w + 8, …`; for each tile and fragment
+//! `f` lane l (g = l / 4, t = l % 4) reads the `2k` plane words and the
+//! scale byte of column `8f + g` from the warp's ring (the four lanes of a
+//! column read the same bytes) and holds B of that column exactly as the
+//! pipelined kernel's warps do. A goes through the same ring (8 rows for
+//! M ≤ 8, 16 otherwise, swizzled as in the pipelined kernel) and comes out
+//! with `ldmatrix` (`.x2` of rows 0-7 with a1 = a3 = 0 for M ≤ 8, `.x4`
+//! above). Rows ≥ M and columns past K are zero-filled by the copies, so
+//! `K % 64 == 32` reads nothing past K.
+//!
+//! # Pipeline
+//!
+//! A slot's ring has `depth` stages (3 or 4, chosen by the host so that
+//! two blocks fit an SM; `kbit_format::mma_kslots`); the copies of tile
+//! i + depth − 1 are issued (one commit group per tile,
+//! committed even when there is no tile, so group counting holds) before
+//! tile i is computed, and only the warp's own barrier (`bar.warp.sync`)
+//! orders a stage's reads before its refill: warps never wait for each
+//! other until the reduction. The weights of the first depth − 1 tiles of every slot are
+//! requested before the grid-dependency wait, with the codebook reads of
+//! the table build, so that their latency passes while the previous launch
+//! finishes (their activations follow the wait). Nothing is written before
+//! the wait but the block's own shared memory.
+//!
+//! # Reduction
+//!
+//! Each warp stores its f32 accumulators (`red[slot][f][i][lane]`,
+//! conflict-free), one barrier, then one thread per output adds the eight
+//! slot partials in slot order and rounds once to T. The order depends on
+//! nothing but the shape, so results are the same bits on every call.
+
+use crate::elem::Elem;
+use crate::fragment::{self, MmaElem};
+use crate::mma::unrolled;
+use crate::ptx;
+use kbit_format::mma as geo;
+use kbit_format::mma_kslots as ks;
+
+/// Kernel arguments (all validated by the host).
+#[derive(Clone, Copy)]
+pub struct Args {
+    /// Activations `[M, K]`, 16-byte aligned.
+    pub x: *const u16,
+    /// Plane words of the runtime layout.
+    pub packed: *const u32,
+    /// E4M4 scale bytes of the runtime layout.
+    pub scales: *const u8,
+    /// Codebook, `2^k` f32.
+    pub cb: *const f32,
+    /// Output `[M, N]`.
+    pub y: *mut u16,
+    /// Rows of x and y (1..=16).
+    pub m: u32,
+    /// Out features N.
+    pub n: u32,
+    /// In features K (a multiple of 32).
+    pub k: u32,
+    /// Stages of each slot's ring (`MIN_DEPTH..=MAX_DEPTH`), matching the
+    /// launch's shared memory.
+    pub depth: u32,
+}
+
+/// The warp's copies of the activations of K tile `kt`: `rows` rows
+/// (8 or 16) × 8 chunks of 16 bytes into the stage's A part at `dst`
+/// (`mma::a_offset` swizzle); rows ≥ M and columns past K are zero-filled
+/// without being read. Lane l copies chunks l, l + 32, ….
+///
+/// # Safety
+/// `x` holds `m` rows of `k_dim` values, 16-aligned.
+#[inline(always)]
+unsafe fn copy_a(dst: u32, x: *const u16, m: u32, k_dim: u32, kt: u32, rows: u32, lane: u32) {
+    let mut c = lane;
+    while c < 8 * rows {
+        let (r, ch) = (c >> 3, c & 7);
+        let col = 64 * kt + 8 * ch;
+        // K is a multiple of 32: a chunk of 8 columns is inside K or past it.
+        let ok = r < m && col < k_dim;
+        let src = if ok { x.wrapping_add(r as usize * k_dim as usize + col as usize) } else { x };
+        unsafe { ptx::cp_async_16_zfill(dst + geo::a_offset(r, ch), src as *const u8, if ok { 16 } else { 0 }) };
+        c += 32;
+    }
+}
+
+/// The warp's copies of one window (`chunks` 16-byte chunks from byte `at`
+/// of `base`, valid up to byte `end`, zero-filled past it) into shared
+/// memory at `dst`; lane l copies chunks l, l + 32, ….
+///
+/// # Safety
+/// `[at, end)` lies inside the array at `base`; `dst` has `16·chunks` bytes.
+#[inline(always)]
+unsafe fn copy_window(dst: u32, base: *const u8, at: u64, end: u64, chunks: u32, lane: u32) {
+    let mut c = lane;
+    while c < chunks {
+        let from = at + 16 * c as u64;
+        let bytes = end.saturating_sub(from).min(16) as u32;
+        let src = if bytes > 0 { base.wrapping_add(from as usize) } else { base };
+        unsafe { ptx::cp_async_16_zfill(dst + 16 * c, src, bytes) };
+        c += 32;
+    }
+}
+
+/// The A fragments of the four k16 steps of the tile staged at `a`: with
+/// `X2` (M ≤ 8) `ldmatrix.x2` of rows 0-7 and a1 = a3 = 0, else
+/// `ldmatrix.x4` of 16 rows.
+#[inline(always)]
+unsafe fn load_a<const X2: bool>(a: u32, lane: u32) -> [[u32; 4]; 4] {
+    core::array::from_fn(|s| {
+        let s = s as u32;
+        if X2 {
+            let at = a + geo::a_offset(geo::ldmatrix_x2_row(lane), geo::ldmatrix_x2_chunk(s, lane));
+            let [lo, hi] = unsafe { ptx::ldmatrix_x2(at) };
+            [lo, 0, hi, 0]
+        } else {
+            unsafe { ptx::ldmatrix_x4(a + geo::a_offset(geo::ldmatrix_row(0, lane), geo::ldmatrix_chunk(s, lane))) }
+        }
+    })
+}
+
+/// Multiplies one K tile, staged at `stage` (plane window from byte
+/// `off_w`, scale window from `off_s`), into the accumulators.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_mma<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(
+    stage: u32,
+    off_w: u32,
+    off_s: u32,
+    lane: u32,
+    rot: &[u32; 8],
+    tbl: u32,
+    lanes: u32,
+    acc: &mut [[f32; 4]; NF],
+) {
+    let (kb, g) = (K as u32, lane >> 2);
+    let a = unsafe { load_a::<X2>(stage + ks::a_offset_in_stage(kb, NF as u32), lane) };
+    let w = stage + off_w + 8 * kb * g;
+    let sc = stage + 16 * ks::w_chunks(kb, NF as u32) + off_s + 2 * g;
+    unrolled!(NF, f => {
+        for h in 0..2u32 {
+            let planes = unsafe { fragment::load_planes::<K>(w + 64 * kb * f as u32 + 4 * kb * h) };
+            let scale = unsafe { ptx::ld_shared_u8(sc + 16 * f as u32 + h) };
+            let b = unsafe { fragment::dequant::<K, 1, T>(&planes, rot, tbl, lanes, scale) };
+            let h = h as usize;
+            acc[f] = T::mma(a[2 * h], [b[0], b[1]], acc[f]);
+            acc[f] = T::mma(a[2 * h + 1], [b[2], b[3]], acc[f]);
+        }
+    });
+}
+
+/// Body of the `kbit_mma_kslots_k{K}_n{8·NF}_{T}` kernels.
+///
+/// # Safety
+/// The host validated every pointer and size in `a`; the launch has 256
+/// threads, `ceil(N / 8·NF)` blocks and `mma_kslots::smem_bytes(K, NF)`
+/// bytes of dynamic shared memory.
+#[inline(always)]
+pub unsafe fn run<const K: usize, const NF: usize, T: MmaElem>(a: &Args) {
+    if a.m <= 8 { unsafe { body::<K, NF, T, true>(a) } } else { unsafe { body::<K, NF, T, false>(a) } }
+}
+
+/// [`run`] for M ≤ 8 (`X2`: 8 staged activation rows) or M ≤ 16.
+#[inline(always)]
+unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &Args) {
+    const { assert!(K >= 2 && K <= 5 && (NF == 2 || NF == 4)) };
+    let (kb, nfu) = (K as u32, NF as u32);
+    let tid = ptx::tid();
+    let lane = tid & 31;
+    let slot = tid >> 5;
+    let smem = ptx::smem_base();
+    let tbl = smem;
+    let m = a.m;
+    let rows = if X2 { 8 } else { 16 };
+    let depth = a.depth;
+    let ring = smem + ks::ring_offset(kb, nfu, rows, depth, slot);
+    let red = smem + ks::red_base(kb);
+    let stage_bytes = ks::stage_bytes(kb, nfu, rows);
+    let cols = ks::block_cols(nfu);
+    let n0 = ptx::bid() * cols;
+    let n_valid = a.n.saturating_sub(n0).min(cols) as u64;
+    let n_dim = a.n as u64;
+    let k_tiles = a.k.div_ceil(64);
+    let n_iter = ks::slot_tiles(k_tiles, slot);
+    let stage_of = |i: u32| ring + (i % depth) * stage_bytes;
+    let kt_of = |i: u32| slot + ks::SLOTS * i;
+    let a_part = ks::a_offset_in_stage(kb, nfu);
+
+    // The weight copies of slot tile i into its stage (planes, scales).
+    let issue_w = |i: u32| {
+        if i < n_iter {
+            let kt = kt_of(i) as u64;
+            let dst = stage_of(i);
+            let (w0, _, w_end) = geo::w_window(n_dim, kt, n0 as u64, n_valid, K as u64);
+            let (s0, _, s_end) = geo::s_window(n_dim, kt, n0 as u64, n_valid);
+            unsafe {
+                copy_window(dst, a.packed as *const u8, w0, w_end, ks::w_chunks(kb, nfu), lane);
+                copy_window(dst + 16 * ks::w_chunks(kb, nfu), a.scales, s0, s_end, ks::s_chunks(nfu), lane);
+            }
+        }
+    };
+    let issue_a = |i: u32| {
+        if i < n_iter {
+            unsafe { copy_a(stage_of(i) + a_part, a.x, m, a.k, kt_of(i), rows, lane) };
+        }
+    };
+
+    // Codebook reads and the weights of the first depth − 1 tiles go out
+    // before anything waits; weights and codebook are never written by a
+    // kernel this launch may overlap. Their activations follow the wait,
+    // each tile's in its weights' commit group (group i = tile i).
+    let share = unsafe { fragment::load_table::<K, 1>(a.cb, tid) };
+    let mut i = 0;
+    while i + 1 < depth {
+        issue_w(i);
+        i += 1;
+    }
+    unsafe { fragment::store_table::<K, 1, T>(tbl, &share, tid) };
+    ptx::after_producers();
+    let mut i = 0;
+    while i + 1 < depth {
+        issue_a(i);
+        ptx::cp_async_commit();
+        i += 1;
+    }
+    ptx::bar_sync();
+    let rot = geo::rotations(2 * (lane & 3));
+    let lanes = geo::lane_bytes(lane, geo::table_copies(kb, 1));
+    let mut acc = [[0f32; 4]; NF];
+    let mut i = 0;
+    while i < n_iter {
+        // Stage (i − 1) % depth was read by every lane before this refill.
+        issue_w(i + depth - 1);
+        issue_a(i + depth - 1);
+        ptx::cp_async_commit();
+        ptx::cp_async_wait_dyn(depth - 1);
+        ptx::syncwarp();
+        let (off_w, off_s) = geo::window_offsets(a.n, kt_of(i), n0, kb);
+        unsafe { tile_mma::<K, NF, T, X2>(stage_of(i), off_w, off_s, lane, &rot, tbl, lanes, &mut acc) };
+        ptx::syncwarp();
+        i += 1;
+    }
+
+    // The reduction buffer lies over the rings: every warp is past its loop
+    // (and its last copies) first.
+    ptx::bar_sync();
+    unrolled!(NF, f => {
+        for (r, v) in acc[f].iter().enumerate() {
+            unsafe { ptx::st_shared_f32(red + ks::red_offset(nfu, slot, f as u32, r as u32, lane), *v) };
+        }
+    });
+    ptx::bar_sync();
+    // One thread per (fragment, register, lane): the same index as a red
+    // word of slot 0, so consecutive threads read consecutive words.
+    let outputs = nfu * 4 * 32;
+    let mut q = tid;
+    while q < outputs {
+        let (f, r, l) = (q >> 7, (q >> 5) & 3, q & 31);
+        let (row, col) = ks::c_pos(f, r, l);
+        let n = n0 + col;
+        if row < m && n < a.n {
+            let slot_stride = ks::red_offset(nfu, 1, 0, 0, 0);
+            let at = red + ks::red_offset(nfu, 0, f, r, l);
+            let mut v = unsafe { ptx::ld_shared_f32(at) };
+            for s in 1..ks::SLOTS {
+                v = ptx::add_rn_f32(v, unsafe { ptx::ld_shared_f32(at + s * slot_stride) });
+            }
+            unsafe { *a.y.add(row as usize * a.n as usize + n as usize) = T::from_f32(v) };
+        }
+        q += ks::THREADS;
+    }
+}
