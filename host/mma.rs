@@ -250,11 +250,15 @@ impl Context {
 /// `8·NF·K·(k + 1/4)/8` of weights), so its activation traffic grows with M
 /// where the pipelined kernel shares a tile's activations over 64 or 128
 /// columns: measured on an H100 (k = 2..5, `bench-results/NOTES.md`), the
-/// variant was 8-21 % faster on Qwen3 `q` and `gate/up` and GLM shared at
-/// M ≤ 8 where its grid fit one wave, slower with a second wave (Llama-3
-/// gate/up: +15 to +50 %, `gate/up` at k = 4: +22 %) and at M = 16 on most rows.
+/// variant was 8-21 % faster on Qwen3 `q` and `gate/up` and GLM shared
+/// (2^24.3 weights) at M ≤ 8 where its grid fit one wave, slower with a
+/// second wave (Llama-3 gate/up: +15 to +50 %, `gate/up` at k = 4 with four
+/// ring stages: +22 %), at M = 16 on most rows, and on Llama-3-8B gate/up
+/// (2^25.8 weights) at k = 2 even in one wave (+17 to +31 %): matrices
+/// past 2^25 weights keep the pipelined kernel.
 fn kslots_first(p: &Plan, sms: u32) -> bool {
-    p.m <= 8 && p.n.div_ceil(16) >= sms && p.grid <= sms * p.tile.blocks_per_sm
+    let weights = p.n as u64 * p.k as u64;
+    p.m <= 8 && p.n.div_ceil(16) >= sms && p.grid <= sms * p.tile.blocks_per_sm && weights <= 1 << 25
 }
 
 impl Context {
