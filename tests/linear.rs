@@ -85,14 +85,16 @@ fn check_linear<T: Element>(
 /// The kernel automatic dispatch picks for M rows of a dense `shape`
 /// layer of `bits` bits, on a device with the warpgroup GEMM (sm_90, with
 /// its resident blocks by cluster size) or without.
-fn expected_kernel(m: usize, shape: Shape, bits: u32, wgmma: Option<Slots>) -> Kernel {
+fn expected_kernel(ctx: &Context, m: usize, w: &kbit::KbitWeight) -> Kernel {
+    let (shape, bits) = (w.shape(), w.bits());
+    let wgmma = ctx.wgmma_slots(bits, Dtype::F16);
     let weights = shape.n * shape.k;
     // The warpgroup GEMM's plan cuts K (its tiles leave SMs idle).
     let splits = |s: &Slots| kbit::wgmma_plan::plan(m, shape.n, shape.k, s, Splits::Auto, None).unwrap().splits > 1;
     let split_or = |least: usize| wgmma.is_some_and(|s| weights >= least || (weights >= 1 << 23 && splits(&s)));
     match m {
         4 if weights >= 1 << 20 => Kernel::Mma,
-        3 if (weights > 1 << 23 && bits <= 4) || weights >= 1 << 27 => Kernel::Mma,
+        3 if (weights > 1 << 23 && bits <= 4) || weights >= 1 << 27 || kslots_plan(ctx, m, w) => Kernel::Mma,
         2 if (weights >= 1 << 27 && bits <= 4) || (weights >= 1 << 24 && bits == 2) => Kernel::Mma,
         1..=4 => Kernel::Scalar,
         5..=32 => Kernel::Mma,
@@ -102,6 +104,11 @@ fn expected_kernel(m: usize, shape: Shape, bits: u32, wgmma: Option<Slots>) -> K
         257..=512 if split_or(1 << 25) => Kernel::Mma,
         _ => Kernel::DequantCublas,
     }
+}
+
+/// Whether the tensor-core kernel would run its K-slot plan for `m` rows.
+fn kslots_plan(ctx: &Context, m: usize, w: &kbit::KbitWeight) -> bool {
+    ctx.mma_plan(Dtype::F16, m, w, kbit::MmaOptions::default()).unwrap().k_slots
 }
 
 #[test]
@@ -126,12 +133,7 @@ fn linear_matches_reference_on_design_shapes() {
                 } else {
                     check_linear::<bf16>(&ctx, &mut rng, &w, &want_w, MS[mi], &what)
                 };
-                assert_eq!(
-                    kernel,
-                    expected_kernel(MS[mi], shape, bits, ctx.wgmma_slots(bits, Dtype::F16)),
-                    "{what}: dispatch at M = {}",
-                    MS[mi]
-                );
+                assert_eq!(kernel, expected_kernel(&ctx, MS[mi], &w), "{what}: dispatch at M = {}", MS[mi]);
                 seen[si][mi] = true;
             }
         }
@@ -163,7 +165,9 @@ fn linear_matches_reference_on_awkward_shapes() {
 fn linear_dispatch_around_the_crossovers() {
     // From 2^20 weights (`kv`) the MMA kernel takes M = 4, above 2^23 also
     // M = 3 at k ≤ 4, from 2^24 M = 2 at k = 2, from 2^27 M = 2 at k ≤ 4
-    // and M = 3 at every k; below 2^20 the scalar GEMV takes all of M ≤ 4.
+    // and M = 3 at every k, and M = 3 wherever it runs its K-slot plan
+    // (here: 2^23, k = 2..5; between, k = 5, on 132 SMs); below 2^20 the
+    // scalar GEMV takes all of M ≤ 4.
     // M = 48: the MMA kernel on the large matrix (K ≥ 4096) and from 2^24
     // weights, dequant + cuBLAS on the short-K ones; M = 56 likewise, on
     // sm_90 the warpgroup GEMM from 2^24 weights. M = 100: on sm_90 the
@@ -187,14 +191,10 @@ fn linear_dispatch_around_the_crossovers() {
             let what = format!("[{n},{k}] k={bits}");
             for &m in ms {
                 let kernel = check_linear::<f16>(&ctx, &mut rng, &w, &want_w, m, &what);
-                assert_eq!(
-                    kernel,
-                    expected_kernel(m, shape, bits, ctx.wgmma_slots(bits, Dtype::F16)),
-                    "{what}: dispatch at M = {m}"
-                );
+                assert_eq!(kernel, expected_kernel(&ctx, m, &w), "{what}: dispatch at M = {m}");
                 let mma_at_small_m = match m {
                     2 => (n * k >= 1 << 27 && bits <= 4) || (n * k >= 1 << 24 && bits == 2),
-                    3 => (n * k > 1 << 23 && bits <= 4) || n * k >= 1 << 27,
+                    3 => (n * k > 1 << 23 && bits <= 4) || n * k >= 1 << 27 || kslots_plan(&ctx, 3, &w),
                     4 => n * k >= 1 << 20,
                     _ => false,
                 };
@@ -331,10 +331,7 @@ fn linear_rejects_bad_arguments() {
     // Wrong dtype pairing cannot compile (x and y share T); a bf16 call works.
     let xb = s.alloc_zeros::<bf16>(m * 128).unwrap();
     let mut yb = s.alloc_zeros::<bf16>(m * 64).unwrap();
-    assert_eq!(
-        ctx.linear(&xb, m, &w, &mut yb).unwrap(),
-        expected_kernel(m, w.shape(), w.bits(), ctx.wgmma_slots(w.bits(), Dtype::F16))
-    );
+    assert_eq!(ctx.linear(&xb, m, &w, &mut yb).unwrap(), expected_kernel(&ctx, m, &w));
     ctx.synchronize().unwrap();
 }
 
