@@ -327,15 +327,7 @@ impl Context {
         check_linear(T::DTYPE, m, w.shape(), x.len(), y.len())?;
         let kernel = match self.forced_kernel() {
             Some(kernel) => {
-                if let Some(why) = linear_unfit(
-                    kernel,
-                    m,
-                    w.shape(),
-                    w.bits(),
-                    false,
-                    false,
-                    self.wgmma_slots(w.bits(), T::DTYPE).as_ref(),
-                ) {
+                if let Some(why) = self.hard_unfit::<T>(kernel, m, w) {
                     return Err(not_applicable(
                         kernel,
                         format!("{why} (linear, M = {m}, W [{}, {}])", w.shape().n, w.shape().k),
@@ -348,6 +340,11 @@ impl Context {
         };
         self.record_kernel(kernel);
         Ok(kernel)
+    }
+
+    /// [`linear_unfit`] with the hard limits only (a forced kernel).
+    fn hard_unfit<T: Element>(&self, kernel: Kernel, m: usize, w: &KbitWeight) -> Option<&'static str> {
+        linear_unfit(kernel, m, w.shape(), w.bits(), false, false, self.wgmma_slots(w.bits(), T::DTYPE).as_ref())
     }
 
     /// Walks [`LINEAR_CHAIN`]: the first path that applies runs.
@@ -390,19 +387,9 @@ impl Context {
                 self.wgmma_gemm(x, m, w, y)
             }
             Kernel::Mma => self.mma_gemm(x, m, w, y),
-            Kernel::GroupedScalar | Kernel::GroupedMma => Err(not_applicable(
-                kernel,
-                linear_unfit(
-                    kernel,
-                    m,
-                    w.shape(),
-                    w.bits(),
-                    false,
-                    false,
-                    self.wgmma_slots(w.bits(), T::DTYPE).as_ref(),
-                )
-                .unwrap_or("not a linear kernel"),
-            )),
+            Kernel::GroupedScalar | Kernel::GroupedMma => {
+                Err(not_applicable(kernel, self.hard_unfit::<T>(kernel, m, w).unwrap_or("not a linear kernel")))
+            }
         }
     }
 

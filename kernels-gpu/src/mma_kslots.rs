@@ -49,16 +49,6 @@ use kbit_format::mma_kslots as ks;
 /// Kernel arguments (all validated by the host).
 #[derive(Clone, Copy)]
 pub struct Args {
-    /// Activations `[M, K]`, 16-byte aligned.
-    pub x: *const u16,
-    /// Plane words of the runtime layout.
-    pub packed: *const u32,
-    /// E4M4 scale bytes of the runtime layout.
-    pub scales: *const u8,
-    /// Codebook, `2^k` f32.
-    pub cb: *const f32,
-    /// Output `[M, N]`.
-    pub y: *mut u16,
     /// Rows of x and y (1..=16).
     pub m: u32,
     /// Out features N.
@@ -68,6 +58,17 @@ pub struct Args {
     /// Stages of each slot's ring (`MIN_DEPTH..=MAX_DEPTH`), matching the
     /// launch's shared memory.
     pub depth: u32,
+    /// Activations `[M, K]`, 16-byte aligned, and the output `[M, N]`.
+    pub x: *const u16,
+    /// See `x`.
+    pub y: *mut u16,
+    /// The weight in the runtime layout: plane words, E4M4 scale bytes,
+    /// and the codebook (`2^k` f32).
+    pub packed: *const u32,
+    /// See `packed`.
+    pub scales: *const u8,
+    /// See `packed`.
+    pub cb: *const f32,
 }
 
 /// The warp's copies of the activations of K tile `kt`: `rows` rows
