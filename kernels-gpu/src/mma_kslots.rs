@@ -43,6 +43,7 @@ use crate::elem::Elem;
 use crate::fragment::{self, MmaElem};
 use crate::mma::unrolled;
 use crate::ptx;
+use core::num::NonZeroU32;
 use kbit_format::mma as geo;
 use kbit_format::mma_kslots as ks;
 
@@ -180,8 +181,11 @@ unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &
     let tbl = smem;
     let m = a.m;
     let rows = if X2 { 8 } else { 16 };
-    let depth = a.depth;
-    let ring = smem + ks::ring_offset(kb, nfu, rows, depth, slot);
+    // The host passes 3 or 4; a zero would have no stage to use (and
+    // `%` by it a panic path), so such a launch only waits and exits.
+    let Some(depth) = NonZeroU32::new(a.depth) else { return ptx::after_producers() };
+    let depth_n = depth.get();
+    let ring = smem + ks::ring_offset(kb, nfu, rows, depth_n, slot);
     let red = smem + ks::red_base(kb);
     let stage_bytes = ks::stage_bytes(kb, nfu, rows);
     let cols = ks::block_cols(nfu);
@@ -219,14 +223,14 @@ unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &
     // each tile's in its weights' commit group (group i = tile i).
     let share = unsafe { fragment::load_table::<K, 1>(a.cb, tid) };
     let mut i = 0;
-    while i + 1 < depth {
+    while i + 1 < depth_n {
         issue_w(i);
         i += 1;
     }
     unsafe { fragment::store_table::<K, 1, T>(tbl, &share, tid) };
     ptx::after_producers();
     let mut i = 0;
-    while i + 1 < depth {
+    while i + 1 < depth_n {
         issue_a(i);
         ptx::cp_async_commit();
         i += 1;
@@ -238,10 +242,10 @@ unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &
     let mut i = 0;
     while i < n_iter {
         // Stage (i − 1) % depth was read by every lane before this refill.
-        issue_w(i + depth - 1);
-        issue_a(i + depth - 1);
+        issue_w(i + depth_n - 1);
+        issue_a(i + depth_n - 1);
         ptx::cp_async_commit();
-        ptx::cp_async_wait_dyn(depth - 1);
+        ptx::cp_async_wait_dyn(depth_n - 1);
         ptx::syncwarp();
         let (off_w, off_s) = geo::window_offsets(a.n, kt_of(i), n0, kb);
         unsafe { tile_mma::<K, NF, T, X2>(stage_of(i), off_w, off_s, lane, &rot, tbl, lanes, &mut acc) };
