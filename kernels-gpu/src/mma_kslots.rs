@@ -181,8 +181,8 @@ unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &
     let tbl = smem;
     let m = a.m;
     let rows = if X2 { 8 } else { 16 };
-    // The host passes 3 or 4; a zero would have no stage to use (and
-    // `%` by it a panic path), so such a launch only waits and exits.
+    // The host passes 3 or 4; a zero would have no stage to use, so such a
+    // launch only waits and exits.
     let Some(depth) = NonZeroU32::new(a.depth) else { return ptx::after_producers() };
     let depth_n = depth.get();
     let ring = smem + ks::ring_offset(kb, nfu, rows, depth_n, slot);
@@ -194,15 +194,16 @@ unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &
     let n_dim = a.n as u64;
     let k_tiles = a.k.div_ceil(64);
     let n_iter = ks::slot_tiles(k_tiles, slot);
-    let stage_of = |i: u32| ring + (i % depth) * stage_bytes;
+    // Stage addresses walk the ring without a division: `next` wraps.
+    let ring_end = ring + depth_n * stage_bytes;
+    let next = |at: u32| if at + stage_bytes == ring_end { ring } else { at + stage_bytes };
     let kt_of = |i: u32| slot + ks::SLOTS * i;
     let a_part = ks::a_offset_in_stage(kb, nfu);
 
-    // The weight copies of slot tile i into its stage (planes, scales).
-    let issue_w = |i: u32| {
+    // The weight copies of slot tile i into its stage at `dst` (planes, scales).
+    let issue_w = |i: u32, dst: u32| {
         if i < n_iter {
             let kt = kt_of(i) as u64;
-            let dst = stage_of(i);
             let (w0, _, w_end) = geo::w_window(n_dim, kt, n0 as u64, n_valid, K as u64);
             let (s0, _, s_end) = geo::s_window(n_dim, kt, n0 as u64, n_valid);
             unsafe {
@@ -211,9 +212,9 @@ unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &
             }
         }
     };
-    let issue_a = |i: u32| {
+    let issue_a = |i: u32, dst: u32| {
         if i < n_iter {
-            unsafe { copy_a(stage_of(i) + a_part, a.x, m, a.k, kt_of(i), rows, lane) };
+            unsafe { copy_a(dst + a_part, a.x, m, a.k, kt_of(i), rows, lane) };
         }
     };
 
@@ -222,35 +223,37 @@ unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &
     // kernel this launch may overlap. Their activations follow the wait,
     // each tile's in its weights' commit group (group i = tile i).
     let share = unsafe { fragment::load_table::<K, 1>(a.cb, tid) };
-    let mut i = 0;
+    let (mut i, mut at) = (0, ring);
     while i + 1 < depth_n {
-        issue_w(i);
-        i += 1;
+        issue_w(i, at);
+        (i, at) = (i + 1, next(at));
     }
     unsafe { fragment::store_table::<K, 1, T>(tbl, &share, tid) };
     ptx::after_producers();
-    let mut i = 0;
+    let (mut i, mut at) = (0, ring);
     while i + 1 < depth_n {
-        issue_a(i);
+        issue_a(i, at);
         ptx::cp_async_commit();
-        i += 1;
+        (i, at) = (i + 1, next(at));
     }
     ptx::bar_sync();
     let rot = geo::rotations(2 * (lane & 3));
     let lanes = geo::lane_bytes(lane, geo::table_copies(kb, 1));
     let mut acc = [[0f32; 4]; NF];
-    let mut i = 0;
+    // `cur`: the stage of tile i; `fill`: the stage tile i + depth − 1
+    // goes to, the one tile i − 1 used (every lane has read it: the warp
+    // barrier at the end of each iteration).
+    let (mut i, mut cur, mut fill) = (0, ring, ring_end - stage_bytes);
     while i < n_iter {
-        // Stage (i − 1) % depth was read by every lane before this refill.
-        issue_w(i + depth_n - 1);
-        issue_a(i + depth_n - 1);
+        issue_w(i + depth_n - 1, fill);
+        issue_a(i + depth_n - 1, fill);
         ptx::cp_async_commit();
         ptx::cp_async_wait_dyn(depth_n - 1);
         ptx::syncwarp();
         let (off_w, off_s) = geo::window_offsets(a.n, kt_of(i), n0, kb);
-        unsafe { tile_mma::<K, NF, T, X2>(stage_of(i), off_w, off_s, lane, &rot, tbl, lanes, &mut acc) };
+        unsafe { tile_mma::<K, NF, T, X2>(cur, off_w, off_s, lane, &rot, tbl, lanes, &mut acc) };
         ptx::syncwarp();
-        i += 1;
+        (i, fill, cur) = (i + 1, cur, next(cur));
     }
 
     // The reduction buffer lies over the rings: every warp is past its loop
