@@ -20,17 +20,19 @@
 //!
 //! # Pipeline
 //!
-//! A slot's ring has `depth` stages (3 or 4, chosen by the host so that
-//! two blocks fit an SM; `kbit_format::mma_kslots`); the copies of tile
-//! i + depth − 1 are issued (one commit group per tile,
-//! committed even when there is no tile, so group counting holds) before
-//! tile i is computed, and only the warp's own barrier (`bar.warp.sync`)
-//! orders a stage's reads before its refill: warps never wait for each
-//! other until the reduction. The weights of the first depth − 1 tiles of every slot are
-//! requested before the grid-dependency wait, with the codebook reads of
-//! the table build, so that their latency passes while the previous launch
-//! finishes (their activations follow the wait). Nothing is written before
-//! the wait but the block's own shared memory.
+//! A slot's ring has `depth` stages (4, or 3 where that keeps the grid in
+//! one wave or two blocks per SM; chosen by the host, layout in
+//! `kbit_format::mma_kslots`), walked by a cursor that wraps at the ring's
+//! end. The copies of tile i + depth − 1 go to the stage tile i − 1 used
+//! (one commit group per tile, committed even when there is no tile, so
+//! group counting holds) before tile i is computed, and only the warp's
+//! own barrier (`bar.warp.sync`) orders a stage's reads before its refill:
+//! warps never wait for each other until the reduction. The weights of the
+//! first depth − 1 tiles of every slot are requested before the
+//! grid-dependency wait, with the codebook reads of the table build, so
+//! that their latency passes while the previous launch finishes (their
+//! activations follow the wait). Nothing is written before the wait but
+//! the block's own shared memory.
 //!
 //! # Reduction
 //!
