@@ -209,11 +209,11 @@ fn wgmma_preferred(m: usize, shape: Shape, slots: &Slots) -> bool {
 ///   5.82 / 6.05); at k = 5 on matrices of 2^27 weights and more since the
 ///   wide stages (table at 43f486e: Llama-3-70B 91.6 against 101.8 µs;
 ///   Llama-3-8B even, 28.5 against 28.5; the GEMV ahead on the others);
-///   and wherever the MMA kernel runs its K-slot plan (`kslots`; quick
-///   A/B at 924c871, k = 2 / 3 / 4 / 5: `q` 4.43 / 4.80 / 5.12 / 6.09
-///   against 5.29 / 5.51 / 5.81 / 6.81, Qwen3 gate/up k = 5 7.77 against
-///   8.25; not at M = 2, where the GEMV stays ahead on `q` and half the
-///   other rows);
+///   and wherever the MMA kernel runs its K-slot plan (decided in
+///   `dispatch_linear`, which has the plan: quick A/B at 924c871, k = 2 /
+///   3 / 4 / 5: `q` 4.43 / 4.80 / 5.12 / 6.09 against 5.29 / 5.51 / 5.81 /
+///   6.81, Qwen3 gate/up k = 5 7.77 against 8.25; not at M = 2, where the
+///   GEMV stays ahead on `q` and half the other rows);
 /// - M = 2 at k ≤ 4 on matrices of 2^27 weights and more, and at k = 2
 ///   from 2^24, since the wide stages (table at 43f486e: Llama-3-70B k = 2
 ///   / 3 / 4 52.6 / 59.8 / 61.0 against 72.9 / 62.8 / 64.7; k = 2 GLM
@@ -221,11 +221,11 @@ fn wgmma_preferred(m: usize, shape: Shape, slots: &Slots) -> bool {
 ///   (2^23.3) 6.27 against 5.96; Llama-3-8B at k = 3, 4 within 2 %; k = 5
 ///   GEMV ahead, 70B 85.2 against 91.6);
 /// - never at M = 1: the GEMV is ahead on every shape.
-fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32, kslots: bool) -> bool {
+fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32) -> bool {
     let weights = (shape.n as u64) * (shape.k as u64);
     match m {
         4 => weights >= 1 << 20,
-        3 => (bits <= 4 && weights > 1 << 23) || weights >= 1 << 27 || kslots,
+        3 => (bits <= 4 && weights > 1 << 23) || weights >= 1 << 27,
         2 => (bits <= 4 && weights >= 1 << 27) || (bits == 2 && weights >= 1 << 24),
         _ => false,
     }
@@ -233,15 +233,13 @@ fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32, kslots: bool) -> 
 
 /// Why `kernel` cannot compute `linear` with `m` rows of a `shape` weight
 /// of `bits` bits, or `None` if it can. `auto` applies the dispatch
-/// preferences on top of the hard limits; `kslots`: the MMA kernel would
-/// run its K-slot plan.
+/// preferences on top of the hard limits.
 fn linear_unfit(
     kernel: Kernel,
     m: usize,
     shape: Shape,
     bits: u32,
     auto: bool,
-    kslots: bool,
     wgmma: Option<&Slots>,
 ) -> Option<&'static str> {
     if !kernel.is_available() {
@@ -250,7 +248,7 @@ fn linear_unfit(
     match kernel {
         Kernel::GroupedScalar | Kernel::GroupedMma => Some("grouped kernels serve MoE experts, not linear"),
         Kernel::Scalar if m > crate::GEMV_MAX_M => Some("the scalar GEMV serves M ≤ 4"),
-        Kernel::Scalar if auto && mma_preferred_at_small_m(m, shape, bits, kslots) => {
+        Kernel::Scalar if auto && mma_preferred_at_small_m(m, shape, bits) => {
             Some("the MMA kernel is faster at this M on this matrix")
         }
         Kernel::Mma if m > MMA_MAX_M && wgmma.is_none() => Some("the MMA kernel serves M ≤ 64 (any M on sm_90)"),
@@ -344,7 +342,7 @@ impl Context {
 
     /// [`linear_unfit`] with the hard limits only (a forced kernel).
     fn hard_unfit<T: Element>(&self, kernel: Kernel, m: usize, w: &KbitWeight) -> Option<&'static str> {
-        linear_unfit(kernel, m, w.shape(), w.bits(), false, false, self.wgmma_slots(w.bits(), T::DTYPE).as_ref())
+        linear_unfit(kernel, m, w.shape(), w.bits(), false, self.wgmma_slots(w.bits(), T::DTYPE).as_ref())
     }
 
     /// Walks [`LINEAR_CHAIN`]: the first path that applies runs.
@@ -355,11 +353,19 @@ impl Context {
         w: &KbitWeight,
         y: &mut impl DevicePtrMut<T>,
     ) -> Result<Kernel> {
-        // Only M = 3 asks which plan the MMA kernel would run.
-        let kslots = m == 3 && self.mma_plan(T::DTYPE, m, w, MmaOptions::default()).is_ok_and(|p| p.k_slots);
+        // At M = 3 a K-slot plan puts the MMA kernel ahead of the GEMV
+        // (see `mma_preferred_at_small_m`); it runs as planned here rather
+        // than being planned again.
+        if m == 3
+            && let Ok(plan) = self.mma_plan(T::DTYPE, m, w, MmaOptions::default())
+            && plan.k_slots
+        {
+            self.mma_launch(x, m, w, y, plan)?;
+            return Ok(Kernel::Mma);
+        }
+        let slots = self.wgmma_slots(w.bits(), T::DTYPE);
         for kernel in LINEAR_CHAIN {
-            let slots = self.wgmma_slots(w.bits(), T::DTYPE);
-            if linear_unfit(kernel, m, w.shape(), w.bits(), true, kslots, slots.as_ref()).is_none() {
+            if linear_unfit(kernel, m, w.shape(), w.bits(), true, slots.as_ref()).is_none() {
                 self.run_linear(kernel, x, m, w, y)?;
                 return Ok(kernel);
             }

@@ -391,6 +391,19 @@ impl Context {
         opts: MmaOptions,
     ) -> Result<Plan> {
         let plan = self.mma_plan(T::DTYPE, m, w, opts)?;
+        self.mma_launch(x, m, w, y, plan)
+    }
+
+    /// Launches `plan` (from [`Context::mma_plan`] for these `m`, `w` and
+    /// T) on `x` and `y`; returns it.
+    pub(crate) fn mma_launch<T: Element>(
+        &self,
+        x: &impl DevicePtr<T>,
+        m: usize,
+        w: &KbitWeight,
+        y: &mut impl DevicePtrMut<T>,
+        plan: Plan,
+    ) -> Result<Plan> {
         let (xp, weight) = self.gemm_operands(x, m, w, y.len())?;
         let (yp, _guard) = y.device_ptr_mut(self.stream());
         if plan.k_slots {
