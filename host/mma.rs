@@ -248,21 +248,39 @@ impl Context {
     }
 }
 
-/// Whether the planner takes K-slot plan `p` on `sms` SMs: at most 8
-/// rows, 16-column blocks enough for every SM, and the whole grid resident
-/// at once. Each block reads all of x (M·K·2 bytes against
-/// `8·NF·K·(k + 1/4)/8` of weights), so its activation traffic grows with M
-/// where the pipelined kernel shares a tile's activations over 64 or 128
-/// columns: measured on an H100 (k = 2..5, `bench-results/NOTES.md`), the
-/// variant was 8-21 % faster on Qwen3 `q` and `gate/up` and GLM shared
-/// (2^24.3 weights) at M ≤ 8 where its grid fit one wave, slower with a
-/// second wave (Llama-3 gate/up: +15 to +50 %, `gate/up` at k = 4 with four
-/// ring stages: +22 %), at M = 16 on most rows, and on Llama-3-8B gate/up
-/// (2^25.8 weights) at k = 2 even in one wave (+17 to +31 %): matrices
-/// past 2^25 weights keep the pipelined kernel.
-fn kslots_first(p: &Plan, sms: u32) -> bool {
+/// Whether the planner takes K-slot plan `p` for a `bits`-bit weight on
+/// `sms` SMs. Each block
+/// reads all of x (M·K·2 bytes against `8·NF·K·(k + 1/4)/8` of weights), so
+/// its activation traffic grows with M where the pipelined kernel shares a
+/// tile's activations over 64 or 128 columns. Measured on an H100 (k =
+/// 2..5, `bench-results/NOTES.md`):
+/// - the whole grid must be resident at once (a second wave: Llama-3 gate/up
+///   +15 to +50 %, Qwen3 `gate/up` at M = 12, 16, k = 4 +53 %), and the
+///   matrix at most 2^25 weights (Llama-3-8B gate/up, 2^25.8, at k = 2:
+///   +17 to +31 % even in one wave);
+/// - M ≤ 8: every Qwen3 dense shape. `q`, `gate/up` and GLM shared −8 to
+///   −21 %; `kv` (32 blocks) −20 to −26 %, where the pipelined kernel
+///   splits K 8 ways; `o` −1 to −7 %; `down` −5 to −7 % at k = 3, 5,
+///   between −1 and +4 % at k = 2, 4;
+/// - M = 9..16, where a stage holds 16 activation rows (2 KiB against
+///   256..656 bytes of planes): grids on at most half the SMs (`kv`: −17 to
+///   −23 % at every k), and plans whose activations are at most 6× the
+///   stage's planes with full-depth rings two blocks per SM (k = 3: `q`
+///   −17 %, `o` −6 to −8 %, `down` −5 %). The other rows lose up to 17 %
+///   (k = 2: the activations dominate the traffic; k = 4, 5: the 32 KiB
+///   decode table leaves one block per SM or shallower rings).
+fn kslots_first(p: &Plan, bits: u32, sms: u32) -> bool {
     let weights = p.n as u64 * p.k as u64;
-    p.m <= 8 && p.n.div_ceil(16) >= sms && p.grid <= sms * p.tile.blocks_per_sm && weights <= 1 << 25
+    if p.grid > sms * p.tile.blocks_per_sm || weights > 1 << 25 {
+        return false;
+    }
+    if p.m <= 8 {
+        return true;
+    }
+    let nf = p.tile.tile_n / 8;
+    let a_bytes = kslots::a_rows(p.m) * 128;
+    let w_bytes = 16 * kslots::w_chunks(bits, nf);
+    2 * p.grid <= sms || (a_bytes <= 6 * w_bytes && p.stages == kslots::MAX_DEPTH && p.tile.blocks_per_sm >= 2)
 }
 
 impl Context {
@@ -452,7 +470,7 @@ impl Context {
             Some(true) => return self.kslots_plan(dtype, m, w, sms, opts),
             None if opts.splits == Splits::Auto && opts.stage_tiles.is_none() && sms > 0 => {
                 if let Ok(p) = self.kslots_plan(dtype, m, w, sms, opts)
-                    && kslots_first(&p, sms)
+                    && kslots_first(&p, bits, sms)
                 {
                     return Ok(p);
                 }
