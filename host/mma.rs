@@ -249,10 +249,10 @@ impl Context {
 }
 
 /// Whether the planner takes K-slot plan `p` for a `bits`-bit weight on
-/// `sms` SMs. Each block
-/// reads all of x (M·K·2 bytes against `8·NF·K·(k + 1/4)/8` of weights), so
-/// its activation traffic grows with M where the pipelined kernel shares a
-/// tile's activations over 64 or 128 columns. Measured on an H100 (k =
+/// `sms` SMs. Each block reads all of x (M·K·2 bytes against
+/// `8·NF·K·(k + 1/4)/8` of weights), so its activation traffic grows with
+/// M where the pipelined kernel shares a tile's activations over 64 or 128
+/// columns. Measured on an H100 (k =
 /// 2..5, `bench-results/NOTES.md`):
 /// - the whole grid must be resident at once (a second wave: Llama-3 gate/up
 ///   +15 to +50 %, Qwen3 `gate/up` at M = 12, 16, k = 4 +53 %), and the
@@ -266,9 +266,12 @@ impl Context {
 ///   256..656 bytes of planes): grids on at most half the SMs (`kv`: −17 to
 ///   −23 % at every k), and plans whose activations are at most 6× the
 ///   stage's planes with full-depth rings two blocks per SM (k = 3: `q`
-///   −17 %, `o` −6 to −8 %, `down` −5 %). The other rows lose up to 17 %
-///   (k = 2: the activations dominate the traffic; k = 4, 5: the 32 KiB
-///   decode table leaves one block per SM or shallower rings).
+///   −17 %, `o` −6 to −8 %, `down` −5 %), and 32-column blocks, one per SM
+///   on at least 9/10 of the SMs (`q` at M = 16, k = 2 / 3 / 4 / 5: −23 /
+///   −20 / −3 / −13 %). The other rows lose up to 17 % (k = 2: the
+///   activations dominate the traffic; k = 4, 5: the 32 KiB decode table
+///   leaves one block per SM or shallower rings), and up to 25 % with
+///   32-column blocks that leave half the SMs idle (`o`, `down`).
 fn kslots_first(p: &Plan, bits: u32, sms: u32) -> bool {
     let weights = p.n as u64 * p.k as u64;
     if p.grid > sms * p.tile.blocks_per_sm || weights > 1 << 25 {
@@ -280,14 +283,17 @@ fn kslots_first(p: &Plan, bits: u32, sms: u32) -> bool {
     let nf = p.tile.tile_n / 8;
     let a_bytes = kslots::a_rows(p.m) * 128;
     let w_bytes = 16 * kslots::w_chunks(bits, nf);
-    2 * p.grid <= sms || (a_bytes <= 6 * w_bytes && p.stages == kslots::MAX_DEPTH && p.tile.blocks_per_sm >= 2)
+    let one_per_sm = nf == 4 && p.grid <= sms && 10 * p.grid >= 9 * sms;
+    2 * p.grid <= sms
+        || one_per_sm
+        || (a_bytes <= 6 * w_bytes && p.stages == kslots::MAX_DEPTH && p.tile.blocks_per_sm >= 2)
 }
 
 impl Context {
     /// The plan of the K-slot variant: 32-column blocks where they give
-    /// every SM two, 16-column blocks otherwise; rings of 4 stages, or 3
-    /// where that keeps the grid in one wave or two blocks per SM
-    /// (`Plan::stages`).
+    /// every SM two, or past 8 rows one to at least 9/10 of the SMs,
+    /// 16-column blocks otherwise; rings of 4 stages, or 3 where that keeps
+    /// the grid in one wave or two blocks per SM (`Plan::stages`).
     fn kslots_plan(&self, dtype: Dtype, m: usize, w: &KbitWeight, sms: u32, opts: MmaOptions) -> Result<Plan> {
         if m > kslots::MAX_M as usize {
             return Err(Error::Rows { m, max: kslots::MAX_M as usize });
@@ -298,7 +304,12 @@ impl Context {
         }
         let shape = w.shape();
         let bits = w.bits();
-        let nf = if shape.n.div_ceil(32) >= 2 * sms as usize { 4 } else { 2 };
+        // 32-column blocks where they give every SM two, or, past 8 rows
+        // (16 activation rows a stage, which a 32-column block shares over
+        // twice the columns), where one per SM covers at least 9/10 of them.
+        let n32 = shape.n.div_ceil(32);
+        let one_per_sm = n32 <= sms as usize && 10 * n32 >= 9 * sms as usize;
+        let nf = if n32 >= 2 * sms as usize || (m > 8 && one_per_sm) { 4 } else { 2 };
         let idx = mma_kslots_slot(bits, nf, dtype).expect("K-slot instance exists");
         let info = self.info();
         let cols = kslots::block_cols(nf);
