@@ -5,11 +5,12 @@
 //! 128-column tile by the split-K cost model), plans the persistent grid,
 //! the K splits and the pipeline shape (stages × K tiles per stage, within
 //! the instance's shared memory; [`crate::splitk`]) for the device's SM
-//! count, and launches once on the context's stream. At M ≤ 8 on matrices
-//! of up to 2^25 weights whose 16-column blocks fill the SMs in one wave
+//! count, and launches once on the context's stream. On matrices of up to
+//! 2^25 weights whose blocks of 16 or 32 columns are resident in one wave
 //! it runs the K-slot variant instead (`kernels-gpu/src/mma_kslots.rs`: a
-//! block owns 16 or 32 columns and all of K, split over its 8 warps;
-//! [`MmaOptions::k_slots`] forces either form). The split-K workspace and
+//! block owns 16 or 32 columns and all of K, split over its 8 warps) at
+//! M ≤ 8, and at M = 9..16 where the measured rule of `kslots_first`
+//! prefers it; [`MmaOptions::k_slots`] forces either form. The split-K workspace and
 //! counters belong to the [`Context`] (allocated at creation); the kernel leaves the
 //! counters at zero, so calls need no memset, no allocation and no host
 //! synchronization, and can be captured in a CUDA graph.
