@@ -11,12 +11,18 @@
 //! at most `SMs / that` of them. Every unit owns its share of the split-K
 //! workspace and counters, so nothing is read back on the host and the
 //! call can be captured in a CUDA graph.
+//!
+//! Where the dense planner would take the K-slot variant for all the
+//! launch's blocks (`units` × the per-expert grid), the launch runs its
+//! grouped form instead (`kbit_mma_kslots_grouped_*`: no split-K, the
+//! whole GPU shared by the units' blocks in one wave; `Plan::k_slots`).
 
 use crate::context::STATUS_EXPERT_ROWS;
 use crate::device::dptr;
 use crate::launch::args;
 use crate::mma::MmaParams;
-use crate::module::{MMA_GROUPED_TILE_N, mma_grouped_slot, names};
+use crate::mma::kslots_first;
+use crate::module::{MMA_GROUPED_TILE_N, mma_grouped_slot, mma_kslots_slot, names};
 use crate::splitk::{self, Limits, Plan, Splits};
 use crate::{Context, Dtype, Element, Error, KbitExperts, MmaOptions, Result};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
@@ -102,12 +108,22 @@ impl Context {
             return Err(Error::Alignment { what: "grouped_mma: activations x", align: 16 });
         }
         let (yp, _guard) = y.device_ptr_mut(self.stream());
-        let slot = mma_grouped_slot(experts.bits(), gp.plan.tile.m_blocks, T::DTYPE).expect("planned instance exists");
         let weight = [dptr(&experts.packed, self), dptr(&experts.scales, self), dptr(&experts.cb, self)];
-        let params = MmaParams::new(self, &gp.plan, xp, weight, yp);
         let (op, ne, rows) = (dptr(expert_offsets, self), experts.num_experts() as u32, total_rows as u32);
         let status = self.status_ptr(STATUS_EXPERT_ROWS);
-        unsafe { self.launch_mma(slot, &gp.plan, gp.units, &params, &args![op, ne, rows, status]) }?;
+        let plan = &gp.plan;
+        if plan.k_slots {
+            let idx =
+                mma_kslots_slot(experts.bits(), plan.tile.tile_n / 8, T::DTYPE, true).expect("planned instance exists");
+            let [pp, sp, cp] = weight;
+            let (m, n, k, depth) = (plan.m, plan.n, plan.k, plan.stages);
+            let mut a = args![xp, pp, sp, cp, yp, m, n, k, depth, op, ne, rows, status];
+            unsafe { self.launch_kslots(idx, plan, gp.units, &mut a) }?;
+            return Ok(Some(gp));
+        }
+        let slot = mma_grouped_slot(experts.bits(), plan.tile.m_blocks, T::DTYPE).expect("planned instance exists");
+        let params = MmaParams::new(self, plan, xp, weight, yp);
+        unsafe { self.launch_mma(slot, plan, gp.units, &params, &args![op, ne, rows, status]) }?;
         Ok(Some(gp))
     }
 
@@ -149,6 +165,20 @@ impl Context {
         let sms = opts.sm_count_override.unwrap_or(self.info().sm_count);
         let active = total_rows.div_ceil(max_m).clamp(1, units);
         let sms_per_expert = (sms as usize / active).max(1) as u32;
+        // The K-slot variant, where the dense planner's rule takes it for
+        // all the launch's blocks (every unit's) on the whole GPU.
+        let kslots = |opts| self.kslots_plan(dtype, max_m, shape, bits, sms, Some(units as u32), opts);
+        match opts.k_slots {
+            Some(true) => return Ok(GroupedPlan { plan: kslots(opts)?, units: units as u32, sms_per_expert }),
+            None if opts.splits == Splits::Auto && opts.stage_tiles.is_none() && sms > 0 => {
+                if let Ok(plan) = kslots(opts)
+                    && kslots_first(&plan, bits, sms, units as u32)
+                {
+                    return Ok(GroupedPlan { plan, units: units as u32, sms_per_expert });
+                }
+            }
+            _ => {}
+        }
         let mb = max_m.div_ceil(16) as u32;
         let slot = mma_grouped_slot(bits, mb, dtype).expect("grouped mma instance exists");
         let Some(tile) = self.mma.tile(slot, mb, MMA_GROUPED_TILE_N) else {

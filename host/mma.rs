@@ -28,7 +28,7 @@ use crate::module::{
 };
 use crate::splitk::{self, Limits, Plan, Splits, TileConfig};
 use crate::weight::check_len;
-use crate::{Context, DeviceInfo, Dtype, Element, Error, KbitWeight, Result};
+use crate::{Context, DeviceInfo, Dtype, Element, Error, KbitWeight, Result, Shape};
 use cudarc::driver::sys::CUfunction_attribute as FnAttr;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kbit_format::mma as geo;
@@ -273,9 +273,13 @@ impl Context {
 ///   activations dominate the traffic; k = 4, 5: the 32 KiB decode table
 ///   leaves one block per SM or shallower rings), and up to 25 % with
 ///   32-column blocks that leave half the SMs idle (`o`, `down`).
-fn kslots_first(p: &Plan, bits: u32, sms: u32) -> bool {
+///
+/// A grouped launch (`units` block rows of `p.grid` blocks, one matrix
+/// each) is judged by all its blocks.
+pub(crate) fn kslots_first(p: &Plan, bits: u32, sms: u32, units: u32) -> bool {
     let weights = p.n as u64 * p.k as u64;
-    if p.grid > sms * p.tile.blocks_per_sm || weights > 1 << 25 {
+    let grid = p.grid.saturating_mul(units);
+    if grid > sms * p.tile.blocks_per_sm || weights > 1 << 25 {
         return false;
     }
     if p.m <= 8 {
@@ -284,8 +288,8 @@ fn kslots_first(p: &Plan, bits: u32, sms: u32) -> bool {
     let nf = p.tile.tile_n / 8;
     let a_bytes = kslots::a_rows(p.m) * 128;
     let w_bytes = 16 * kslots::w_chunks(bits, nf);
-    let one_per_sm = nf == 4 && p.grid <= sms && 10 * p.grid >= 9 * sms;
-    2 * p.grid <= sms
+    let one_per_sm = nf == 4 && grid <= sms && 10 * grid >= 9 * sms;
+    2 * grid <= sms
         || one_per_sm
         || (a_bytes <= 6 * w_bytes && p.stages == kslots::MAX_DEPTH && p.tile.blocks_per_sm >= 2)
 }
@@ -294,8 +298,20 @@ impl Context {
     /// The plan of the K-slot variant: 32-column blocks where they give
     /// every SM two, or past 8 rows one to at least 9/10 of the SMs,
     /// 16-column blocks otherwise; rings of 4 stages, or 3 where that keeps
-    /// the grid in one wave or two blocks per SM (`Plan::stages`).
-    fn kslots_plan(&self, dtype: Dtype, m: usize, w: &KbitWeight, sms: u32, opts: MmaOptions) -> Result<Plan> {
+    /// the grid in one wave or two blocks per SM (`Plan::stages`). A
+    /// grouped launch (`grouped`: its units) has that many matrices of
+    /// `shape`, each with the plan's grid, and is judged by all its blocks.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn kslots_plan(
+        &self,
+        dtype: Dtype,
+        m: usize,
+        shape: Shape,
+        bits: u32,
+        sms: u32,
+        grouped: Option<u32>,
+        opts: MmaOptions,
+    ) -> Result<Plan> {
         if m > kslots::MAX_M as usize {
             return Err(Error::Rows { m, max: kslots::MAX_M as usize });
         }
@@ -303,29 +319,29 @@ impl Context {
             let reason = "the K-slot variant splits K over the warps of a block only".into();
             return Err(Error::SplitK { what: "k_slots", value: 1, reason });
         }
-        let shape = w.shape();
-        let bits = w.bits();
+        let units = grouped.unwrap_or(1) as usize;
         // 32-column blocks where they give every SM two, or, past 8 rows
         // (16 activation rows a stage, which a 32-column block shares over
         // twice the columns), where one per SM covers at least 9/10 of them.
-        let n32 = shape.n.div_ceil(32);
+        let n32 = shape.n.div_ceil(32) * units;
         let one_per_sm = n32 <= sms as usize && 10 * n32 >= 9 * sms as usize;
         let nf = if n32 >= 2 * sms as usize || (m > 8 && one_per_sm) { 4 } else { 2 };
-        let idx = mma_kslots_slot(bits, nf, dtype).expect("K-slot instance exists");
+        let idx = mma_kslots_slot(bits, nf, dtype, grouped.is_some()).expect("K-slot instance exists");
         let info = self.info();
         let cols = kslots::block_cols(nf);
         let n_tiles = shape.n.div_ceil(cols as usize) as u32;
+        let all_blocks = n_tiles.saturating_mul(units as u32);
         let per_block = |depth| kslots::smem_bytes(bits, nf, m as u32, depth) as usize + SMEM_RESERVED_PER_BLOCK;
         let fits = |depth| per_block(depth) - SMEM_RESERVED_PER_BLOCK <= info.max_smem_per_block;
         let resident = |depth| self.kernels.mma_kslots[idx].1.min((info.max_smem_per_sm / per_block(depth)) as u32);
         // The deepest ring that keeps the grid in one wave, else the deepest
         // that keeps two blocks per SM, else the deepest that fits.
         let depths = (kslots::MIN_DEPTH..=kslots::MAX_DEPTH).rev().filter(|&d| fits(d));
-        let one_wave = depths.clone().find(|&d| n_tiles <= sms * resident(d));
+        let one_wave = depths.clone().find(|&d| all_blocks <= sms * resident(d));
         let Some(depth) = one_wave.or_else(|| depths.clone().find(|&d| resident(d) >= 2)).or(depths.clone().next())
         else {
             return Err(Error::SharedMemory {
-                kernel: names::mma_kslots(bits, kslots::block_cols(nf), dtype),
+                kernel: names::mma_kslots(bits, kslots::block_cols(nf), dtype, grouped.is_some()),
                 available: info.max_smem_per_block,
             });
         };
@@ -437,18 +453,12 @@ impl Context {
         let (xp, weight) = self.gemm_operands(x, m, w, y.len())?;
         let (yp, _guard) = y.device_ptr_mut(self.stream());
         if plan.k_slots {
-            let idx = mma_kslots_slot(w.bits(), plan.tile.tile_n / 8, T::DTYPE).expect("planned instance exists");
-            let f = &self.kernels.mma_kslots[idx].0;
-            let mut cfg = LaunchConfig {
-                grid_dim: (plan.grid, 1, 1),
-                block_dim: (kslots::THREADS, 1, 1),
-                shared_mem_bytes: plan.smem_bytes,
-            };
-            let programmatic = self.programmatic_now(&mut cfg, plan.tile.blocks_per_sm);
+            let idx =
+                mma_kslots_slot(w.bits(), plan.tile.tile_n / 8, T::DTYPE, false).expect("planned instance exists");
             let [pp, sp, cp] = weight;
             let (m, n, k, depth) = (plan.m, plan.n, plan.k, plan.stages);
             let mut args = launch::args![xp, pp, sp, cp, yp, m, n, k, depth];
-            unsafe { launch::launch(self.stream(), f, cfg, programmatic, &mut args) }?;
+            unsafe { self.launch_kslots(idx, &plan, 1, &mut args) }?;
             return Ok(plan);
         }
         let slot = mma_slot(w.bits(), plan.tile.m_blocks, plan.tile.tile_n, T::DTYPE, plan.stream)
@@ -456,6 +466,31 @@ impl Context {
         let params = MmaParams::new(self, &plan, xp, weight, yp);
         unsafe { self.launch_mma(slot, &plan, 1, &params, &[]) }?;
         Ok(plan)
+    }
+
+    /// Launches K-slot plan `plan` with instance `idx` of
+    /// [`crate::module::Kernels::mma_kslots`] over `units` block rows (1
+    /// for a dense call) with kernel arguments `args`.
+    ///
+    /// # Safety
+    /// `args` matches the instance's parameters and the plan's sizes.
+    pub(crate) unsafe fn launch_kslots(
+        &self,
+        idx: usize,
+        plan: &Plan,
+        units: u32,
+        args: &mut [*mut c_void],
+    ) -> Result<()> {
+        let f = &self.kernels.mma_kslots[idx].0;
+        // Residency is judged on all the launch's blocks (every unit's).
+        let mut cfg = LaunchConfig {
+            grid_dim: (plan.grid * units, 1, 1),
+            block_dim: (kslots::THREADS, 1, 1),
+            shared_mem_bytes: plan.smem_bytes,
+        };
+        let programmatic = self.programmatic_now(&mut cfg, plan.tile.blocks_per_sm);
+        cfg.grid_dim = (plan.grid, units, 1);
+        unsafe { launch::launch(self.stream(), f, cfg, programmatic, args) }
     }
 
     /// The plan [`Context::mma_gemm_with`] would launch for `m` rows of
@@ -479,10 +514,10 @@ impl Context {
         let shape = w.shape();
         let bits = w.bits();
         match opts.k_slots {
-            Some(true) => return self.kslots_plan(dtype, m, w, sms, opts),
+            Some(true) => return self.kslots_plan(dtype, m, shape, bits, sms, None, opts),
             None if opts.splits == Splits::Auto && opts.stage_tiles.is_none() && sms > 0 => {
-                if let Ok(p) = self.kslots_plan(dtype, m, w, sms, opts)
-                    && kslots_first(&p, bits, sms)
+                if let Ok(p) = self.kslots_plan(dtype, m, shape, bits, sms, None, opts)
+                    && kslots_first(&p, bits, sms, 1)
                 {
                     return Ok(p);
                 }

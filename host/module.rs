@@ -122,13 +122,15 @@ pub(crate) fn mma_grouped_slot(bits: u32, m_blocks: u32, dtype: Dtype) -> Option
 /// in table order.
 pub(crate) const MMA_KSLOTS_NF: [u32; 2] = kbit_format::mma_kslots::FRAGMENTS;
 
-/// Position of a K-slot mma kernel in [`Kernels::mma_kslots`]; `None` for
-/// f32 or a fragment count outside [`MMA_KSLOTS_NF`].
-pub(crate) fn mma_kslots_slot(bits: u32, nf: u32, dtype: Dtype) -> Option<usize> {
+/// Position of a K-slot mma kernel (dense, or `grouped` over MoE experts)
+/// in [`Kernels::mma_kslots`]; `None` for f32 or a fragment count outside
+/// [`MMA_KSLOTS_NF`].
+pub(crate) fn mma_kslots_slot(bits: u32, nf: u32, dtype: Dtype, grouped: bool) -> Option<usize> {
     let d = MMA_DTYPES.iter().position(|&x| x == dtype)?;
     let b = BITS.iter().position(|&x| x == bits)?;
     let f = MMA_KSLOTS_NF.iter().position(|&x| x == nf)?;
-    Some((b * MMA_KSLOTS_NF.len() + f) * MMA_DTYPES.len() + d)
+    let per_kind = BITS.len() * MMA_KSLOTS_NF.len() * MMA_DTYPES.len();
+    Some(usize::from(grouped) * per_kind + (b * MMA_KSLOTS_NF.len() + f) * MMA_DTYPES.len() + d)
 }
 
 /// Layout of a weight a dequantize kernel reads.
@@ -195,17 +197,22 @@ pub mod names {
         v
     }
     /// `kbit_mma_kslots_k{bits}_n{cols}_{dtype}` (tensor-core GEMM, K-slot
-    /// variant, `cols` = 16 or 32 columns per block).
-    pub fn mma_kslots(bits: u32, cols: u32, dtype: Dtype) -> String {
-        format!("kbit_mma_kslots_k{bits}_n{cols}_{}", dtype.name())
+    /// variant, `cols` = 16 or 32 columns per block), or with `grouped`
+    /// `kbit_mma_kslots_grouped_…` (the same over MoE experts).
+    pub fn mma_kslots(bits: u32, cols: u32, dtype: Dtype, grouped: bool) -> String {
+        let kind = if grouped { "_grouped" } else { "" };
+        format!("kbit_mma_kslots{kind}_k{bits}_n{cols}_{}", dtype.name())
     }
-    /// Every K-slot mma entry point, in the kernel table's order.
+    /// Every K-slot mma entry point, dense then grouped, in the kernel
+    /// table's order.
     pub fn all_mma_kslots() -> Vec<String> {
         let mut v = Vec::new();
-        for bits in super::BITS {
-            for nf in super::MMA_KSLOTS_NF {
-                for d in super::MMA_DTYPES {
-                    v.push(mma_kslots(bits, kbit_format::mma_kslots::block_cols(nf), d));
+        for grouped in [false, true] {
+            for bits in super::BITS {
+                for nf in super::MMA_KSLOTS_NF {
+                    for d in super::MMA_DTYPES {
+                        v.push(mma_kslots(bits, kbit_format::mma_kslots::block_cols(nf), d, grouped));
+                    }
                 }
             }
         }
@@ -360,8 +367,9 @@ pub(crate) struct Kernels {
     /// Tensor-core GEMM instances, indexed by [`mma_slot`] and
     /// [`mma_grouped_slot`].
     pub mma: Vec<CudaFunction>,
-    /// K-slot tensor-core GEMM instances, indexed by [`mma_kslots_slot`],
-    /// with the blocks of each that its registers let an SM hold.
+    /// K-slot tensor-core GEMM instances (dense and grouped), indexed by
+    /// [`mma_kslots_slot`], with the blocks of each that its registers let
+    /// an SM hold.
     pub mma_kslots: Vec<(CudaFunction, u32)>,
     /// Scalar GEMV instances (dense and grouped).
     pub gemv: crate::gemv::GemvKernels,

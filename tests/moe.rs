@@ -238,6 +238,55 @@ fn grouped_mma_matches_dense_mma_per_expert() {
     }
 }
 
+/// The grouped K-slot variant (forced, and where the planner takes it)
+/// against the dense K-slot variant on each expert alone, bit for bit, and
+/// the f64 references: units that are experts (weights requested before
+/// the grid-dependency wait) and units that are rows (64 experts of one
+/// row, 10 experts of 3 rows), empty experts, M = 1..16, K % 64 == 32,
+/// partial column blocks, no rows at all.
+#[test]
+fn grouped_kslots_match_dense_kslots_per_expert() {
+    let Some(ctx) = common::gpu("grouped_kslots_match_dense_kslots_per_expert") else { return };
+    let mut rng = common::rng("grouped_kslots_match_dense_kslots_per_expert");
+    let forced = Some(true);
+    // (k, K, N, rows per expert, max_m, MmaOptions::k_slots)
+    type KslotCase<'a> = (u32, usize, usize, &'a [usize], usize, Option<bool>);
+    let cases: [KslotCase; 9] = [
+        (4, 2048, 512, &[1, 3, 0, 2, 4, 1, 0, 4], 4, None),
+        (3, 2048, 512, &[8; 8], 8, None),
+        (2, 2048, 512, &[5, 9, 0, 2, 16, 1, 0, 7], 16, forced),
+        (5, 512, 2048, &[8, 0, 3, 1], 8, forced),
+        (4, 96, 72, &[1; 64], 1, forced),
+        (3, 2080, 520, &[0, 13, 0, 2], 13, forced),
+        (2, 8192, 8, &[3, 0, 5], 5, forced),
+        (5, 1024, 200, &[2, 0, 1, 0, 0, 0, 0, 0, 0, 0], 2, forced),
+        (4, 2048, 512, &[0, 0, 0, 0], 4, forced),
+    ];
+    for (i, &(bits, k, n, rows, max_m, k_slots)) in cases.iter().enumerate() {
+        let case = make_experts(&ctx, &mut rng, rows.len(), k, n, bits);
+        let opts = kbit::MmaOptions { k_slots, ..Default::default() };
+        let gp = if i % 2 == 0 {
+            grouped_case::<f16>(&ctx, &mut rng, &case, rows, max_m, opts)
+        } else {
+            grouped_case::<bf16>(&ctx, &mut rng, &case, rows, max_m, opts)
+        };
+        if let Some(gp) = gp {
+            assert!(gp.plan.k_slots, "case {i}: {gp:?}");
+        }
+    }
+    // Past 16 rows the variant is refused by name.
+    let case = make_experts(&ctx, &mut rng, 2, 64, 64, 4);
+    let x = ctx.stream().clone_htod(&vec![f16::ZERO; 17 * 64]).unwrap();
+    let off = ctx.stream().clone_htod(&[0u32, 17, 17]).unwrap();
+    let mut y = ctx.stream().alloc_zeros::<f16>(17 * 64).unwrap();
+    let opts = kbit::MmaOptions { k_slots: forced, ..Default::default() };
+    let e = ctx.grouped_mma_with(&x, &off, 17, &case.experts, &mut y, opts).unwrap_err();
+    assert!(matches!(e, Error::Rows { m: 17, max: 16 }), "{e}");
+}
+
+/// One grouped call on fresh data against the references and kernel 2 on
+/// each expert alone with the same plan (split count, or the K-slot
+/// variant), then repeated; returns its launch.
 fn grouped_case<T: Element>(
     ctx: &Context,
     rng: &mut rand::rngs::SmallRng,
@@ -245,7 +294,7 @@ fn grouped_case<T: Element>(
     rows: &[usize],
     max_m: usize,
     opts: kbit::MmaOptions,
-) {
+) -> Option<kbit::GroupedPlan> {
     let shape = case.shape;
     let total: usize = rows.iter().sum();
     let offsets = offsets_of(rows);
@@ -265,7 +314,7 @@ fn grouped_case<T: Element>(
     );
     let Some(gp) = plan else {
         assert_eq!(total, 0, "{what}");
-        return;
+        return None;
     };
     assert_eq!(gp.units as usize, rows.len().min(total), "{what}");
     if opts.splits == kbit::Splits::Fixed(1) {
@@ -282,9 +331,14 @@ fn grouped_case<T: Element>(
         let (a, b) = (offsets[e] as usize, offsets[e + 1] as usize);
         let xe = ctx.stream().clone_htod(&x[a * shape.k..b * shape.k]).unwrap();
         let mut ye = ctx.stream().clone_htod(&vec![T::nan(); r * shape.n]).unwrap();
-        let dense = kbit::MmaOptions { splits: kbit::Splits::Fixed(gp.plan.splits), ..Default::default() };
+        let dense = if gp.plan.k_slots {
+            kbit::MmaOptions { k_slots: Some(true), ..Default::default() }
+        } else {
+            kbit::MmaOptions { splits: kbit::Splits::Fixed(gp.plan.splits), ..Default::default() }
+        };
         let p = ctx.mma_gemm_with(&xe, r, &case.single[e], &mut ye, dense).unwrap();
         assert_eq!((p.splits, p.tiles_per_split), (gp.plan.splits, gp.plan.tiles_per_split), "{what}");
+        assert_eq!(p.k_slots, gp.plan.k_slots, "{what}");
         let want: Vec<T> = ctx.stream().clone_dtoh(&ye).unwrap();
         common::assert_bits_eq(&got[a * shape.n..b * shape.n], &want, &format!("{what}: expert {e}"));
     }
@@ -293,6 +347,7 @@ fn grouped_case<T: Element>(
     ctx.grouped_mma_with(&dx, &doff, max_m, &case.experts, &mut again, opts).unwrap();
     ctx.synchronize().unwrap();
     common::assert_bits_eq(&ctx.stream().clone_dtoh(&again).unwrap(), &got, &format!("{what}: repeated call"));
+    Some(gp)
 }
 
 /// The cuBLAS path's row gather/scatter moves 16-byte chunks where the row

@@ -711,10 +711,13 @@ pub(crate) unsafe fn expert_of_row(offsets: *const u32, num_experts: u32, row: u
         count += (unsafe { ptx::ld_nc_u32(offsets.add(e as usize)) } <= row) as u32;
         e += 32;
     }
-    for m in [16, 8, 4, 2, 1] {
-        count += ptx::shfl_bfly(count, m);
-    }
-    count
+    // Butterfly sum over the warp, written out: an array loop here was not
+    // always unrolled and went to local memory.
+    count += ptx::shfl_bfly(count, 16);
+    count += ptx::shfl_bfly(count, 8);
+    count += ptx::shfl_bfly(count, 4);
+    count += ptx::shfl_bfly(count, 2);
+    count + ptx::shfl_bfly(count, 1)
 }
 
 /// The work of grouped unit `unit` (block `b` is unit `b / col_blocks`):

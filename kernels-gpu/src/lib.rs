@@ -166,7 +166,7 @@ mma_entries! {
 }
 
 macro_rules! mma_kslots_entries {
-    ($($name:ident: $k:literal, $nf:literal, $t:ty;)*) => {$(
+    ($($name:ident, $grouped:ident: $k:literal, $nf:literal, $t:ty;)*) => {$(
         /// Tensor-core dequant GEMM, K-slot variant (`mma_kslots::run`): k,
         /// 8·NF columns per block, dtype.
         #[unsafe(no_mangle)]
@@ -177,19 +177,40 @@ macro_rules! mma_kslots_entries {
             let a = mma_kslots::Args { x, packed, scales, cb, y, m, n, k, depth };
             unsafe { mma_kslots::run::<$k, $nf, $t>(&a) }
         }
+
+        /// The same over MoE experts (`mma_kslots::run_grouped`).
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $grouped(
+            x: *const u16, packed: *const u32, scales: *const u8, cb: *const f32, y: *mut u16,
+            m: u32, n: u32, k: u32, depth: u32,
+            offsets: *const u32, num_experts: u32, total_rows: u32, status: *mut u32,
+        ) {
+            let a = mma_kslots::Args { x, packed, scales, cb, y, m, n, k, depth };
+            let e = mma_kslots::Experts { offsets, num_experts, total_rows, status };
+            unsafe { mma_kslots::run_grouped::<$k, $nf, $t>(&a, &e) }
+        }
     )*};
 }
 
-// Every (k, columns per block, dtype) of `kbit_format::mma_kslots::FRAGMENTS`.
+// Every (k, columns per block, dtype) of `kbit_format::mma_kslots::FRAGMENTS`,
+// dense and grouped.
 mma_kslots_entries! {
-    kbit_mma_kslots_k2_n16_f16: 2, 2, F16; kbit_mma_kslots_k2_n16_bf16: 2, 2, Bf16;
-    kbit_mma_kslots_k2_n32_f16: 2, 4, F16; kbit_mma_kslots_k2_n32_bf16: 2, 4, Bf16;
-    kbit_mma_kslots_k3_n16_f16: 3, 2, F16; kbit_mma_kslots_k3_n16_bf16: 3, 2, Bf16;
-    kbit_mma_kslots_k3_n32_f16: 3, 4, F16; kbit_mma_kslots_k3_n32_bf16: 3, 4, Bf16;
-    kbit_mma_kslots_k4_n16_f16: 4, 2, F16; kbit_mma_kslots_k4_n16_bf16: 4, 2, Bf16;
-    kbit_mma_kslots_k4_n32_f16: 4, 4, F16; kbit_mma_kslots_k4_n32_bf16: 4, 4, Bf16;
-    kbit_mma_kslots_k5_n16_f16: 5, 2, F16; kbit_mma_kslots_k5_n16_bf16: 5, 2, Bf16;
-    kbit_mma_kslots_k5_n32_f16: 5, 4, F16; kbit_mma_kslots_k5_n32_bf16: 5, 4, Bf16;
+    kbit_mma_kslots_k2_n16_f16, kbit_mma_kslots_grouped_k2_n16_f16: 2, 2, F16;
+    kbit_mma_kslots_k2_n16_bf16, kbit_mma_kslots_grouped_k2_n16_bf16: 2, 2, Bf16;
+    kbit_mma_kslots_k2_n32_f16, kbit_mma_kslots_grouped_k2_n32_f16: 2, 4, F16;
+    kbit_mma_kslots_k2_n32_bf16, kbit_mma_kslots_grouped_k2_n32_bf16: 2, 4, Bf16;
+    kbit_mma_kslots_k3_n16_f16, kbit_mma_kslots_grouped_k3_n16_f16: 3, 2, F16;
+    kbit_mma_kslots_k3_n16_bf16, kbit_mma_kslots_grouped_k3_n16_bf16: 3, 2, Bf16;
+    kbit_mma_kslots_k3_n32_f16, kbit_mma_kslots_grouped_k3_n32_f16: 3, 4, F16;
+    kbit_mma_kslots_k3_n32_bf16, kbit_mma_kslots_grouped_k3_n32_bf16: 3, 4, Bf16;
+    kbit_mma_kslots_k4_n16_f16, kbit_mma_kslots_grouped_k4_n16_f16: 4, 2, F16;
+    kbit_mma_kslots_k4_n16_bf16, kbit_mma_kslots_grouped_k4_n16_bf16: 4, 2, Bf16;
+    kbit_mma_kslots_k4_n32_f16, kbit_mma_kslots_grouped_k4_n32_f16: 4, 4, F16;
+    kbit_mma_kslots_k4_n32_bf16, kbit_mma_kslots_grouped_k4_n32_bf16: 4, 4, Bf16;
+    kbit_mma_kslots_k5_n16_f16, kbit_mma_kslots_grouped_k5_n16_f16: 5, 2, F16;
+    kbit_mma_kslots_k5_n16_bf16, kbit_mma_kslots_grouped_k5_n16_bf16: 5, 2, Bf16;
+    kbit_mma_kslots_k5_n32_f16, kbit_mma_kslots_grouped_k5_n32_f16: 5, 4, F16;
+    kbit_mma_kslots_k5_n32_bf16, kbit_mma_kslots_grouped_k5_n32_bf16: 5, 4, Bf16;
 }
 
 macro_rules! mma_grouped_entries {

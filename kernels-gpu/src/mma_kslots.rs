@@ -40,6 +40,18 @@
 //! conflict-free), one barrier, then one thread per output adds the eight
 //! slot partials in slot order and rounds once to T. The order depends on
 //! nothing but the shape, so results are the same bits on every call.
+//!
+//! # Grouped (MoE experts)
+//!
+//! [`run_grouped`] runs the same body over the experts of a MoE layer in
+//! one launch: grid row `u = blockIdx.y` is grouped unit `u`
+//! (`crate::gemv::grouped_unit`: an expert when there are fewer experts
+//! than rows, else the unit of an expert's first row), whose block `b`
+//! computes columns `8·NF·b ..` of that expert's rows. When units are
+//! experts the expert's first weights go out before the wait as in the
+//! dense kernel; otherwise the unit's expert is known only from the
+//! offsets, which earlier kernels write, so its weights follow the wait.
+//! An expert's result is bit-identical to the dense kernel's on it alone.
 
 use crate::elem::Elem;
 use crate::fragment::{self, MmaElem};
@@ -72,6 +84,22 @@ pub struct Args {
     pub scales: *const u8,
     /// See `packed`.
     pub cb: *const f32,
+}
+
+/// The MoE arguments of a grouped launch ([`run_grouped`]): `x`, `y` of
+/// [`Args`] hold `total_rows` rows, `packed` and `scales` `num_experts`
+/// matrices back to back, and `m` is max_m.
+#[derive(Clone, Copy)]
+pub struct Experts {
+    /// `num_experts + 1` row offsets (expert `e` owns rows `offsets[e] ..
+    /// offsets[e + 1]`).
+    pub offsets: *const u32,
+    /// Experts in `packed` / `scales`.
+    pub num_experts: u32,
+    /// Rows of x and y.
+    pub total_rows: u32,
+    /// Global word that records the lowest expert with more than max_m rows.
+    pub status: *mut u32,
 }
 
 /// The warp's copies of the activations of K tile `kt`: `rows` rows
@@ -168,12 +196,45 @@ unsafe fn tile_mma<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(
 /// bytes of dynamic shared memory.
 #[inline(always)]
 pub unsafe fn run<const K: usize, const NF: usize, T: MmaElem>(a: &Args) {
-    if a.m <= 8 { unsafe { body::<K, NF, T, true>(a) } } else { unsafe { body::<K, NF, T, false>(a) } }
+    if a.m <= 8 { unsafe { body::<K, NF, T, true>(a, None) } } else { unsafe { body::<K, NF, T, false>(a, None) } }
 }
 
-/// [`run`] for M ≤ 8 (`X2`: 8 staged activation rows) or M ≤ 16.
+/// Body of the `kbit_mma_kslots_grouped_k{K}_n{8·NF}_{T}` kernels: [`run`]
+/// over MoE experts (module docs, "Grouped"). Grid `(ceil(N / 8·NF),
+/// units)`; units without rows return after the wait.
+///
+/// # Safety
+/// As [`run`] with `a.m` = max_m (1..=16), plus: `packed` / `scales` hold
+/// `num_experts` matrices `[N, K]` back to back (`tile::words` /
+/// `tile::scales` apart); `offsets` holds `num_experts + 1` values (if they
+/// are not non-decreasing from 0 with `offsets[E] = total_rows`, results
+/// are unspecified but every access stays inside `total_rows` rows);
+/// `status` is a global word.
 #[inline(always)]
-unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &Args) {
+pub unsafe fn run_grouped<const K: usize, const NF: usize, T: MmaElem>(a: &Args, e: &Experts) {
+    if a.m <= 8 {
+        unsafe { body::<K, NF, T, true>(a, Some(e)) }
+    } else {
+        unsafe { body::<K, NF, T, false>(a, Some(e)) }
+    }
+}
+
+/// `a` with its weight pointers moved to expert `e`'s matrix.
+#[inline(always)]
+fn expert_weights<const K: usize>(a: &Args, e: u32) -> Args {
+    let words = kbit_format::tile::words(a.n as usize, a.k as usize, K);
+    let scale_bytes = kbit_format::tile::scales(a.n as usize, a.k as usize);
+    Args {
+        packed: a.packed.wrapping_add(e as usize * words),
+        scales: a.scales.wrapping_add(e as usize * scale_bytes),
+        ..*a
+    }
+}
+
+/// [`run`] (`grouped` = `None`) or [`run_grouped`] for M ≤ 8 (`X2`: 8
+/// staged activation rows) or M ≤ 16.
+#[inline(always)]
+unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &Args, grouped: Option<&Experts>) {
     const { assert!(K >= 2 && K <= 5 && (NF == 2 || NF == 4)) };
     let (kb, nfu) = (K as u32, NF as u32);
     let tid = ptx::tid();
@@ -181,7 +242,6 @@ unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &
     let slot = tid >> 5;
     let smem = ptx::smem_base();
     let tbl = smem;
-    let m = a.m;
     let rows = if X2 { 8 } else { 16 };
     // The host passes 3 or 4; a zero would have no stage to use, so such a
     // launch only waits and exits.
@@ -203,7 +263,7 @@ unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &
     let a_part = ks::a_offset_in_stage(kb, nfu);
 
     // The weight copies of slot tile i into its stage at `dst` (planes, scales).
-    let issue_w = |i: u32, dst: u32| {
+    let issue_w = |a: &Args, i: u32, dst: u32| {
         if i < n_iter {
             let kt = kt_of(i) as u64;
             let (w0, _, w_end) = geo::w_window(n_dim, kt, n0 as u64, n_valid, K as u64);
@@ -214,27 +274,59 @@ unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &
             }
         }
     };
-    let issue_a = |i: u32, dst: u32| {
+    let issue_a = |a: &Args, i: u32, dst: u32| {
         if i < n_iter {
-            unsafe { copy_a(dst + a_part, a.x, m, a.k, kt_of(i), rows, lane) };
+            unsafe { copy_a(dst + a_part, a.x, a.m, a.k, kt_of(i), rows, lane) };
         }
     };
 
-    // Codebook reads and the weights of the first depth − 1 tiles go out
-    // before anything waits; weights and codebook are never written by a
-    // kernel this launch may overlap. Their activations follow the wait,
-    // each tile's in its weights' commit group (group i = tile i).
+    // The weights are known before the wait in a dense call, and in a
+    // grouped one whose units are experts (`grouped_unit`).
+    let unit = ptx::bid_y();
+    let early = grouped.is_none_or(|g| g.num_experts < g.total_rows);
+    let mut a = if early && grouped.is_some() { expert_weights::<K>(a, unit) } else { *a };
+    // Codebook reads and, when known, the weights of the first depth − 1
+    // tiles go out before anything waits; weights and codebook are never
+    // written by a kernel this launch may overlap. Their activations follow
+    // the wait, each tile's in its weights' commit group (group i = tile i).
     let share = unsafe { fragment::load_table::<K, 1>(a.cb, tid) };
-    let (mut i, mut at) = (0, ring);
-    while i + 1 < depth_n {
-        issue_w(i, at);
-        (i, at) = (i + 1, next(at));
+    if early {
+        let (mut i, mut at) = (0, ring);
+        while i + 1 < depth_n {
+            issue_w(&a, i, at);
+            (i, at) = (i + 1, next(at));
+        }
     }
     unsafe { fragment::store_table::<K, 1, T>(tbl, &share, tid) };
     ptx::after_producers();
+    if let Some(g) = grouped {
+        // The unit's expert and rows (block-uniform): none, and the block
+        // only lets its copies land before it leaves.
+        let Some((e, row, rows)) =
+            (unsafe { crate::gemv::grouped_unit(g.offsets, g.num_experts, g.total_rows, a.m, unit) })
+        else {
+            return ptx::cp_async_wait::<0>();
+        };
+        // An expert with more rows than max_m: the rows past it are not
+        // computed, and the lowest such expert is recorded for the host.
+        if ptx::bid() == 0 && tid == 0 && unsafe { ptx::ld_nc_u32(g.offsets.add(e as usize + 1)) }.wrapping_sub(row) > a.m
+        {
+            unsafe { ptx::red_min_u32(g.status, e) };
+        }
+        if !early {
+            a = expert_weights::<K>(&a, e);
+        }
+        a.x = a.x.wrapping_add(row as usize * a.k as usize);
+        a.y = a.y.wrapping_add(row as usize * a.n as usize);
+        a.m = rows;
+    }
+    let (a, m) = (a, a.m);
     let (mut i, mut at) = (0, ring);
     while i + 1 < depth_n {
-        issue_a(i, at);
+        if !early {
+            issue_w(&a, i, at);
+        }
+        issue_a(&a, i, at);
         ptx::cp_async_commit();
         (i, at) = (i + 1, next(at));
     }
@@ -247,8 +339,8 @@ unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &
     // barrier at the end of each iteration).
     let (mut i, mut cur, mut fill) = (0, ring, ring_end - stage_bytes);
     while i < n_iter {
-        issue_w(i + depth_n - 1, fill);
-        issue_a(i + depth_n - 1, fill);
+        issue_w(&a, i + depth_n - 1, fill);
+        issue_a(&a, i + depth_n - 1, fill);
         ptx::cp_async_commit();
         ptx::cp_async_wait_dyn(depth_n - 1);
         ptx::syncwarp();
