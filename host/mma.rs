@@ -236,16 +236,33 @@ impl Context {
             *slot = v.cast_mut();
         }
         a[shared..shared + extra.len()].copy_from_slice(extra);
+        let f = &self.kernels.mma[slot];
+        unsafe { self.launch_units(f, plan, units, geo::THREADS, &mut a[..shared + extra.len()]) }
+    }
+
+    /// Launches `f` with `plan`'s grid and shared memory over `units` block
+    /// rows of `threads`-thread blocks (programmatic where
+    /// [`Context::programmatic_now`] allows).
+    ///
+    /// # Safety
+    /// `args` matches `f`'s parameters and the plan's sizes.
+    unsafe fn launch_units(
+        &self,
+        f: &CudaFunction,
+        plan: &Plan,
+        units: u32,
+        threads: u32,
+        args: &mut [*mut c_void],
+    ) -> Result<()> {
         // Residency is judged on all the launch's blocks (every unit's).
         let mut cfg = LaunchConfig {
             grid_dim: (plan.grid * units, 1, 1),
-            block_dim: (geo::THREADS, 1, 1),
+            block_dim: (threads, 1, 1),
             shared_mem_bytes: plan.smem_bytes,
         };
         let programmatic = self.programmatic_now(&mut cfg, plan.tile.blocks_per_sm);
         cfg.grid_dim = (plan.grid, units, 1);
-        let f = &self.kernels.mma[slot];
-        unsafe { launch::launch(self.stream(), f, cfg, programmatic, &mut a[..shared + extra.len()]) }
+        unsafe { launch::launch(self.stream(), f, cfg, programmatic, args) }
     }
 }
 
@@ -482,15 +499,7 @@ impl Context {
         args: &mut [*mut c_void],
     ) -> Result<()> {
         let f = &self.kernels.mma_kslots[idx].0;
-        // Residency is judged on all the launch's blocks (every unit's).
-        let mut cfg = LaunchConfig {
-            grid_dim: (plan.grid * units, 1, 1),
-            block_dim: (kslots::THREADS, 1, 1),
-            shared_mem_bytes: plan.smem_bytes,
-        };
-        let programmatic = self.programmatic_now(&mut cfg, plan.tile.blocks_per_sm);
-        cfg.grid_dim = (plan.grid, units, 1);
-        unsafe { launch::launch(self.stream(), f, cfg, programmatic, args) }
+        unsafe { self.launch_units(f, plan, units, kslots::THREADS, args) }
     }
 
     /// The plan [`Context::mma_gemm_with`] would launch for `m` rows of
