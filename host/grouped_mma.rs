@@ -100,6 +100,20 @@ impl Context {
     ) -> Result<Option<GroupedPlan>> {
         let total_rows = crate::experts::check_grouped(experts, expert_offsets.len(), max_m, x.len(), y.len())?;
         let gp = self.grouped_mma_plan(T::DTYPE, max_m, experts, total_rows, opts)?;
+        self.grouped_mma_launch(x, expert_offsets, experts, y, total_rows, gp)
+    }
+
+    /// Launches `gp` (from [`Context::grouped_mma_plan`] for these
+    /// arguments, `total_rows` from their check) unless there are no rows.
+    pub(crate) fn grouped_mma_launch<T: Element>(
+        &self,
+        x: &impl DevicePtr<T>,
+        expert_offsets: &impl DevicePtr<u32>,
+        experts: &KbitExperts,
+        y: &mut impl DevicePtrMut<T>,
+        total_rows: usize,
+        gp: GroupedPlan,
+    ) -> Result<Option<GroupedPlan>> {
         if total_rows == 0 {
             return Ok(None);
         }

@@ -4,6 +4,8 @@
 //! ```text
 //! max_m = 1, or max_m = 2, 3 with < 32 experts with rows
 //!                  grouped scalar GEMV (kernel 4): one launch over all experts
+//!                  (max_m = 3 with K ≥ 512 where kernel 5 runs its K-slot
+//!                  plan: kernel 5)
 //! max_m ≤ 64       grouped tensor-core GEMM (kernel 5): one launch over all experts
 //! max_m > 64       dequant + cuBLAS: grouped dequantize of the active experts
 //!                  → gather x into [E, max_m, K] (zero rows past each expert's
@@ -30,7 +32,7 @@
 use crate::context::STATUS_EXPERT_ROWS;
 use crate::cublas_gemm::RowMajorGemm;
 use crate::device::dptr;
-use crate::{Context, Dtype, Element, Error, KbitExperts, Kernel, Result};
+use crate::{Context, Dtype, Element, Error, KbitExperts, Kernel, MmaOptions, Result};
 use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 
 /// Largest `max_m` the grouped scalar GEMV serves.
@@ -48,6 +50,12 @@ const GROUPED_SCALAR_AUTO_MAX_M: usize = 3;
 /// 10.8 / 12.8). max_m = 1 stays with the GEMV at any count (64 experts ×
 /// 1 row, k = 2 / 4: 40.7 / 47.4 against 53.1 / 52.2).
 const GROUPED_MMA_AUTO_MIN_UNITS: usize = 32;
+/// Smallest K for which `max_m = 3` goes to the grouped tensor-core GEMM
+/// where it runs its K-slot plan: 8 K tiles, one for each of a block's K
+/// slots. Measured on 8 experts of 2048×512 (H100, `…-bdf07a1.md`, max_m =
+/// 3, k = 2 / 3 / 4 / 5): 4.69 / 5.00 / 5.33 / 5.98 µs against 5.74 / 5.36
+/// / 6.99 / 5.96 for the GEMV.
+const KSLOTS_MIN_K: usize = 512;
 /// Largest `max_m` the grouped tensor-core GEMM serves.
 const GROUPED_MMA_MAX_M: usize = kbit_format::mma::MAX_M as usize;
 
@@ -120,6 +128,17 @@ impl Context {
                 let aligned = dptr(x, self) % 16 == 0;
                 // Both grouped kernels read 16-byte aligned activations only.
                 let few = units < GROUPED_MMA_AUTO_MIN_UNITS;
+                // At max_m = 3 a grouped K-slot plan puts the tensor-core
+                // kernel ahead of the GEMV; it runs as planned here.
+                if aligned && max_m == 3 && experts.shape().k >= KSLOTS_MIN_K {
+                    let rows = crate::experts::check_grouped(experts, expert_offsets.len(), max_m, x.len(), y.len())?;
+                    let gp = self.grouped_mma_plan(T::DTYPE, max_m, experts, rows, MmaOptions::default())?;
+                    if gp.plan.k_slots && rows > 0 {
+                        self.grouped_mma_launch(x, expert_offsets, experts, y, rows, gp)?;
+                        self.record_kernel(Kernel::GroupedMma);
+                        return Ok(Kernel::GroupedMma);
+                    }
+                }
                 if aligned && (max_m == 1 || (max_m <= GROUPED_SCALAR_AUTO_MAX_M && few)) {
                     Kernel::GroupedScalar
                 } else if max_m <= GROUPED_MMA_MAX_M && aligned {

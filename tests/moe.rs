@@ -101,7 +101,18 @@ fn expert_linear_dispatches_by_max_m_and_matches_reference() {
         assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &tiny, 2), Kernel::GroupedScalar);
         let small = [1, 3, 0, 2, 4, 1, 0, 4];
         assert_eq!(check::<f16>(&ctx, &mut rng, &case, &small, 4), Kernel::GroupedMma);
-        assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &[1, 3, 0, 2, 3, 1, 0, 3], 3), Kernel::GroupedScalar);
+        // max_m = 3: the tensor-core kernel where it runs its K-slot plan
+        // on K ≥ 512, the GEMV elsewhere.
+        let threes = [1, 3, 0, 2, 3, 1, 0, 3];
+        let total = threes.iter().sum();
+        let kslots = k >= 512
+            && ctx
+                .grouped_mma_plan(kbit::Dtype::Bf16, 3, &case.experts, total, Default::default())
+                .unwrap()
+                .plan
+                .k_slots;
+        let want = if kslots { Kernel::GroupedMma } else { Kernel::GroupedScalar };
+        assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &threes, 3), want, "k={bits} [{n}, {k}]");
         let large = [5, 9, 0, 2, 16, 1, 0, 7];
         assert_eq!(check::<f16>(&ctx, &mut rng, &case, &large, 16), Kernel::GroupedMma);
         assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &large, 24), Kernel::GroupedMma);
