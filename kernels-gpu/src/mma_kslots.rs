@@ -309,7 +309,9 @@ unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &
         };
         // An expert with more rows than max_m: the rows past it are not
         // computed, and the lowest such expert is recorded for the host.
-        if ptx::bid() == 0 && tid == 0 && unsafe { ptx::ld_nc_u32(g.offsets.add(e as usize + 1)) }.wrapping_sub(row) > a.m
+        if ptx::bid() == 0
+            && tid == 0
+            && unsafe { ptx::ld_nc_u32(g.offsets.add(e as usize + 1)) }.wrapping_sub(row) > a.m
         {
             unsafe { ptx::red_min_u32(g.status, e) };
         }
