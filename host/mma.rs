@@ -6,9 +6,9 @@
 //! the K splits and the pipeline shape (stages × K tiles per stage, within
 //! the instance's shared memory; [`crate::splitk`]) for the device's SM
 //! count, and launches once on the context's stream. On matrices of up to
-//! 2^25 weights whose blocks of 16 or 32 columns are resident in one wave
-//! it runs the K-slot variant instead (`kernels-gpu/src/mma_kslots.rs`: a
-//! block owns 16 or 32 columns and all of K, split over its 8 warps) at
+//! 2^25 weights whose blocks of 8, 16 or 32 columns are resident in one
+//! wave it runs the K-slot variant instead (`kernels-gpu/src/mma_kslots.rs`:
+//! a block owns 8, 16 or 32 columns and all of K, split over its 8 warps) at
 //! M ≤ 8, and at M = 9..16 where the measured rule of `kslots_first`
 //! prefers it; [`MmaOptions::k_slots`] forces either form. The split-K workspace and
 //! counters belong to the [`Context`] (allocated at creation); the kernel leaves the
@@ -314,7 +314,8 @@ pub(crate) fn kslots_first(p: &Plan, bits: u32, sms: u32, units: u32) -> bool {
 impl Context {
     /// The plan of the K-slot variant: 32-column blocks where they give
     /// every SM two, or past 8 rows one to at least 9/10 of the SMs,
-    /// 16-column blocks otherwise; rings of 4 stages, or 3 where that keeps
+    /// 8-column blocks where they are at most one per SM, 16-column blocks
+    /// otherwise; rings of 4 stages, or 3 where that keeps
     /// the grid in one wave or two blocks per SM (`Plan::stages`). A
     /// grouped launch (`grouped`: its units) has that many matrices of
     /// `shape`, each with the plan's grid, and is judged by all its blocks.
@@ -340,9 +341,17 @@ impl Context {
         // 32-column blocks where they give every SM two, or, past 8 rows
         // (16 activation rows a stage, which a 32-column block shares over
         // twice the columns), where one per SM covers at least 9/10 of them.
+        // 8-column blocks where even they are at most one per SM (`kv`:
+        // twice the blocks of 16 columns on an otherwise idle GPU).
         let n32 = shape.n.div_ceil(32) * units;
         let one_per_sm = n32 <= sms as usize && 10 * n32 >= 9 * sms as usize;
-        let nf = if n32 >= 2 * sms as usize || (m > 8 && one_per_sm) { 4 } else { 2 };
+        let nf = if n32 >= 2 * sms as usize || (m > 8 && one_per_sm) {
+            4
+        } else if shape.n.div_ceil(8) * units <= sms as usize {
+            1
+        } else {
+            2
+        };
         let idx = mma_kslots_slot(bits, nf, dtype, grouped.is_some()).expect("K-slot instance exists");
         let info = self.info();
         let cols = kslots::block_cols(nf);

@@ -118,9 +118,9 @@ pub(crate) fn mma_grouped_slot(bits: u32, m_blocks: u32, dtype: Dtype) -> Option
     Some(before + (b * MMA_M_BLOCKS.len() + m) * MMA_DTYPES.len() + d)
 }
 
-/// n8 fragments per block of the K-slot mma instances (16 and 32 columns),
-/// in table order.
-pub(crate) const MMA_KSLOTS_NF: [u32; 2] = kbit_format::mma_kslots::FRAGMENTS;
+/// n8 fragments per block of the K-slot mma instances (8, 16 and 32
+/// columns), in table order.
+pub(crate) const MMA_KSLOTS_NF: [u32; 3] = kbit_format::mma_kslots::FRAGMENTS;
 
 /// Position of a K-slot mma kernel (dense, or `grouped` over MoE experts)
 /// in [`Kernels::mma_kslots`]; `None` for f32 or a fragment count outside
@@ -197,7 +197,7 @@ pub mod names {
         v
     }
     /// `kbit_mma_kslots_k{bits}_n{cols}_{dtype}` (tensor-core GEMM, K-slot
-    /// variant, `cols` = 16 or 32 columns per block), or with `grouped`
+    /// variant, `cols` = 8, 16 or 32 columns per block), or with `grouped`
     /// `kbit_mma_kslots_grouped_…` (the same over MoE experts).
     pub fn mma_kslots(bits: u32, cols: u32, dtype: Dtype, grouped: bool) -> String {
         let kind = if grouped { "_grouped" } else { "" };

@@ -111,7 +111,7 @@ pub struct Plan {
     /// Stream-K (see the module docs).
     pub stream: bool,
     /// The K-slot variant (`kbit_mma_kslots_*`): blocks of `tile.tile_n` =
-    /// 16 or 32 columns and all of K, split over their 8 warps, one block
+    /// 8, 16 or 32 columns and all of K, split over their 8 warps, one block
     /// per n tile; no split-K, no pipeline stages, no workspace.
     pub k_slots: bool,
     /// Persistent grid: `min(items, SMs · blocks_per_sm)`.

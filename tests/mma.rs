@@ -989,7 +989,7 @@ fn kslots_case<T: Element>(
 }
 
 /// The K-slot variant (`MmaOptions::k_slots`), forced on every k, both
-/// dtypes and both block widths (16 and 32 columns, chosen by N against
+/// dtypes and every block width (8, 16 and 32 columns, chosen by N against
 /// the SM count), against the f64 references: M = 1..16, the design's
 /// shapes and awkward ones (N = 8, 72, 4100: partial blocks and windows
 /// that start mid-chunk; K = 32, 96: slots without tiles, and K % 64 == 32:
@@ -1021,7 +1021,7 @@ fn kslots_variant_matches_the_f64_references() {
             }
         }
     }
-    assert_eq!(widths.into_iter().collect::<Vec<_>>(), [16, 32], "both block widths tested");
+    assert_eq!(widths.into_iter().collect::<Vec<_>>(), [8, 16, 32], "every block width tested");
     // Past one m block, and any split policy but the automatic one, are
     // refused by name.
     let p = prepare::<f16>(&ctx, &mut rng, 64, 64, 4);

@@ -33,8 +33,8 @@ pub const THREADS: u32 = 256;
 pub const SLOTS: u32 = THREADS / 32;
 /// Largest M: one m16 block.
 pub const MAX_M: u32 = 16;
-/// n8 fragments per block the kernel is built for: 16 or 32 columns.
-pub const FRAGMENTS: [u32; 2] = [2, 4];
+/// n8 fragments per block the kernel is built for: 8, 16 or 32 columns.
+pub const FRAGMENTS: [u32; 3] = [1, 2, 4];
 
 /// Fewest stages of a slot's ring (K tiles in flight or ready).
 pub const MIN_DEPTH: u32 = 3;

@@ -195,18 +195,26 @@ macro_rules! mma_kslots_entries {
 // Every (k, columns per block, dtype) of `kbit_format::mma_kslots::FRAGMENTS`,
 // dense and grouped.
 mma_kslots_entries! {
+    kbit_mma_kslots_k2_n8_f16, kbit_mma_kslots_grouped_k2_n8_f16: 2, 1, F16;
+    kbit_mma_kslots_k2_n8_bf16, kbit_mma_kslots_grouped_k2_n8_bf16: 2, 1, Bf16;
     kbit_mma_kslots_k2_n16_f16, kbit_mma_kslots_grouped_k2_n16_f16: 2, 2, F16;
     kbit_mma_kslots_k2_n16_bf16, kbit_mma_kslots_grouped_k2_n16_bf16: 2, 2, Bf16;
     kbit_mma_kslots_k2_n32_f16, kbit_mma_kslots_grouped_k2_n32_f16: 2, 4, F16;
     kbit_mma_kslots_k2_n32_bf16, kbit_mma_kslots_grouped_k2_n32_bf16: 2, 4, Bf16;
+    kbit_mma_kslots_k3_n8_f16, kbit_mma_kslots_grouped_k3_n8_f16: 3, 1, F16;
+    kbit_mma_kslots_k3_n8_bf16, kbit_mma_kslots_grouped_k3_n8_bf16: 3, 1, Bf16;
     kbit_mma_kslots_k3_n16_f16, kbit_mma_kslots_grouped_k3_n16_f16: 3, 2, F16;
     kbit_mma_kslots_k3_n16_bf16, kbit_mma_kslots_grouped_k3_n16_bf16: 3, 2, Bf16;
     kbit_mma_kslots_k3_n32_f16, kbit_mma_kslots_grouped_k3_n32_f16: 3, 4, F16;
     kbit_mma_kslots_k3_n32_bf16, kbit_mma_kslots_grouped_k3_n32_bf16: 3, 4, Bf16;
+    kbit_mma_kslots_k4_n8_f16, kbit_mma_kslots_grouped_k4_n8_f16: 4, 1, F16;
+    kbit_mma_kslots_k4_n8_bf16, kbit_mma_kslots_grouped_k4_n8_bf16: 4, 1, Bf16;
     kbit_mma_kslots_k4_n16_f16, kbit_mma_kslots_grouped_k4_n16_f16: 4, 2, F16;
     kbit_mma_kslots_k4_n16_bf16, kbit_mma_kslots_grouped_k4_n16_bf16: 4, 2, Bf16;
     kbit_mma_kslots_k4_n32_f16, kbit_mma_kslots_grouped_k4_n32_f16: 4, 4, F16;
     kbit_mma_kslots_k4_n32_bf16, kbit_mma_kslots_grouped_k4_n32_bf16: 4, 4, Bf16;
+    kbit_mma_kslots_k5_n8_f16, kbit_mma_kslots_grouped_k5_n8_f16: 5, 1, F16;
+    kbit_mma_kslots_k5_n8_bf16, kbit_mma_kslots_grouped_k5_n8_bf16: 5, 1, Bf16;
     kbit_mma_kslots_k5_n16_f16, kbit_mma_kslots_grouped_k5_n16_f16: 5, 2, F16;
     kbit_mma_kslots_k5_n16_bf16, kbit_mma_kslots_grouped_k5_n16_bf16: 5, 2, Bf16;
     kbit_mma_kslots_k5_n32_f16, kbit_mma_kslots_grouped_k5_n32_f16: 5, 4, F16;

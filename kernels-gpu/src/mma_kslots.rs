@@ -235,7 +235,7 @@ fn expert_weights<const K: usize>(a: &Args, e: u32) -> Args {
 /// staged activation rows) or M ≤ 16.
 #[inline(always)]
 unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &Args, grouped: Option<&Experts>) {
-    const { assert!(K >= 2 && K <= 5 && (NF == 2 || NF == 4)) };
+    const { assert!(K >= 2 && K <= 5 && (NF == 1 || NF == 2 || NF == 4)) };
     let (kb, nfu) = (K as u32, NF as u32);
     let tid = ptx::tid();
     let lane = tid & 31;
