@@ -20,9 +20,8 @@
 use crate::context::STATUS_EXPERT_ROWS;
 use crate::device::dptr;
 use crate::launch::args;
-use crate::mma::MmaParams;
-use crate::mma::kslots_first;
-use crate::module::{MMA_GROUPED_TILE_N, mma_grouped_slot, mma_kslots_slot, names};
+use crate::mma::{KslotsCall, MmaParams};
+use crate::module::{MMA_GROUPED_TILE_N, mma_grouped_slot, names};
 use crate::splitk::{self, Limits, Plan, Splits};
 use crate::{Context, Dtype, Element, Error, KbitExperts, MmaOptions, Result};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
@@ -127,12 +126,10 @@ impl Context {
         let status = self.status_ptr(STATUS_EXPERT_ROWS);
         let plan = &gp.plan;
         if plan.k_slots {
-            let idx =
-                mma_kslots_slot(experts.bits(), plan.tile.tile_n / 8, T::DTYPE, true).expect("planned instance exists");
             let [pp, sp, cp] = weight;
             let (m, n, k, depth) = (plan.m, plan.n, plan.k, plan.stages);
             let mut a = args![xp, pp, sp, cp, yp, m, n, k, depth, op, ne, rows, status];
-            unsafe { self.launch_kslots(idx, plan, gp.units, &mut a) }?;
+            unsafe { self.launch_kslots(experts.bits(), T::DTYPE, plan, Some(gp.units), &mut a) }?;
             return Ok(Some(gp));
         }
         let slot = mma_grouped_slot(experts.bits(), plan.tile.m_blocks, T::DTYPE).expect("planned instance exists");
@@ -181,17 +178,9 @@ impl Context {
         let sms_per_expert = (sms as usize / active).max(1) as u32;
         // The K-slot variant, where the dense planner's rule takes it for
         // all the launch's blocks (every unit's) on the whole GPU.
-        let kslots = |opts| self.kslots_plan(dtype, max_m, shape, bits, sms, Some(units as u32), opts);
-        match opts.k_slots {
-            Some(true) => return Ok(GroupedPlan { plan: kslots(opts)?, units: units as u32, sms_per_expert }),
-            None if opts.splits == Splits::Auto && opts.stage_tiles.is_none() && sms > 0 => {
-                if let Ok(plan) = kslots(opts)
-                    && kslots_first(&plan, bits, sms, units as u32)
-                {
-                    return Ok(GroupedPlan { plan, units: units as u32, sms_per_expert });
-                }
-            }
-            _ => {}
+        let call = KslotsCall { dtype, m: max_m, shape, bits, sms, grouped: Some(units as u32) };
+        if let Some(plan) = self.kslots_choice(call, opts)? {
+            return Ok(GroupedPlan { plan, units: units as u32, sms_per_expert });
         }
         let mb = max_m.div_ceil(16) as u32;
         let slot = mma_grouped_slot(bits, mb, dtype).expect("grouped mma instance exists");

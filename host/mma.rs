@@ -10,9 +10,9 @@
 //! wave it runs the K-slot variant instead (`kernels-gpu/src/mma_kslots.rs`:
 //! a block owns 8, 16 or 32 columns and all of K, split over its 8 warps) at
 //! M ≤ 8, and at M = 9..16 where the measured rule of `kslots_first`
-//! prefers it; [`MmaOptions::k_slots`] forces either form. The split-K workspace and
-//! counters belong to the [`Context`] (allocated at creation); the kernel leaves the
-//! counters at zero, so calls need no memset, no allocation and no host
+//! prefers it; [`MmaOptions::k_slots`] forces either form. The split-K
+//! workspace and counters belong to the [`Context`] (allocated at
+//! creation); the kernel leaves the counters at zero, so calls need no memset, no allocation and no host
 //! synchronization, and can be captured in a CUDA graph.
 //!
 //! Numerics: each weight is `T(T(cb) · T(amax))` (codebook entry and E4M4
@@ -266,12 +266,24 @@ impl Context {
     }
 }
 
+/// What a K-slot plan is made for: `m` rows of `dtype` activations on a
+/// `bits`-bit weight of `shape` on `sms` SMs, once per block row of a
+/// grouped launch (`grouped`: its units) or alone (`None`).
+#[derive(Clone, Copy)]
+pub(crate) struct KslotsCall {
+    pub dtype: Dtype,
+    pub m: usize,
+    pub shape: Shape,
+    pub bits: u32,
+    pub sms: u32,
+    pub grouped: Option<u32>,
+}
+
 /// Whether the planner takes K-slot plan `p` for a `bits`-bit weight on
 /// `sms` SMs. Each block reads all of x (M·K·2 bytes against
 /// `8·NF·K·(k + 1/4)/8` of weights), so its activation traffic grows with
 /// M where the pipelined kernel shares a tile's activations over 64 or 128
-/// columns. Measured on an H100 (k =
-/// 2..5, `bench-results/NOTES.md`):
+/// columns. Measured on an H100 (k = 2..5, `bench-results/NOTES.md`):
 /// - the whole grid must be resident at once (a second wave: Llama-3 gate/up
 ///   +15 to +50 %, Qwen3 `gate/up` at M = 12, 16, k = 4 +53 %), and the
 ///   matrix at most 2^25 weights (Llama-3-8B gate/up, 2^25.8, at k = 2:
@@ -293,7 +305,7 @@ impl Context {
 ///
 /// A grouped launch (`units` block rows of `p.grid` blocks, one matrix
 /// each) is judged by all its blocks.
-pub(crate) fn kslots_first(p: &Plan, bits: u32, sms: u32, units: u32) -> bool {
+fn kslots_first(p: &Plan, bits: u32, sms: u32, units: u32) -> bool {
     let weights = p.n as u64 * p.k as u64;
     let grid = p.grid.saturating_mul(units);
     if grid > sms * p.tile.blocks_per_sm || weights > 1 << 25 {
@@ -319,17 +331,8 @@ impl Context {
     /// the grid in one wave or two blocks per SM (`Plan::stages`). A
     /// grouped launch (`grouped`: its units) has that many matrices of
     /// `shape`, each with the plan's grid, and is judged by all its blocks.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn kslots_plan(
-        &self,
-        dtype: Dtype,
-        m: usize,
-        shape: Shape,
-        bits: u32,
-        sms: u32,
-        grouped: Option<u32>,
-        opts: MmaOptions,
-    ) -> Result<Plan> {
+    fn kslots_plan(&self, call: KslotsCall, opts: MmaOptions) -> Result<Plan> {
+        let KslotsCall { dtype, m, shape, bits, sms, grouped } = call;
         if m > kslots::MAX_M as usize {
             return Err(Error::Rows { m, max: kslots::MAX_M as usize });
         }
@@ -392,6 +395,21 @@ impl Context {
             stage_tiles: 1,
             workspace_f32: 0,
             smem_bytes: smem,
+        })
+    }
+
+    /// The K-slot plan `call` runs, if any: forced by `opts.k_slots`
+    /// (errors if it cannot run), or where [`kslots_first`] takes it under
+    /// automatic splits and stages; `None` for the pipelined kernel.
+    pub(crate) fn kslots_choice(&self, call: KslotsCall, opts: MmaOptions) -> Result<Option<Plan>> {
+        let KslotsCall { bits, sms, grouped, .. } = call;
+        let plan = || self.kslots_plan(call, opts);
+        Ok(match opts.k_slots {
+            Some(true) => Some(plan()?),
+            None if opts.splits == Splits::Auto && opts.stage_tiles.is_none() && sms > 0 => {
+                plan().ok().filter(|p| kslots_first(p, bits, sms, grouped.unwrap_or(1)))
+            }
+            _ => None,
         })
     }
 
@@ -479,12 +497,10 @@ impl Context {
         let (xp, weight) = self.gemm_operands(x, m, w, y.len())?;
         let (yp, _guard) = y.device_ptr_mut(self.stream());
         if plan.k_slots {
-            let idx =
-                mma_kslots_slot(w.bits(), plan.tile.tile_n / 8, T::DTYPE, false).expect("planned instance exists");
             let [pp, sp, cp] = weight;
             let (m, n, k, depth) = (plan.m, plan.n, plan.k, plan.stages);
             let mut args = launch::args![xp, pp, sp, cp, yp, m, n, k, depth];
-            unsafe { self.launch_kslots(idx, &plan, 1, &mut args) }?;
+            unsafe { self.launch_kslots(w.bits(), T::DTYPE, &plan, None, &mut args) }?;
             return Ok(plan);
         }
         let slot = mma_slot(w.bits(), plan.tile.m_blocks, plan.tile.tile_n, T::DTYPE, plan.stream)
@@ -494,21 +510,24 @@ impl Context {
         Ok(plan)
     }
 
-    /// Launches K-slot plan `plan` with instance `idx` of
-    /// [`crate::module::Kernels::mma_kslots`] over `units` block rows (1
-    /// for a dense call) with kernel arguments `args`.
+    /// Launches K-slot plan `plan` for a `bits`-bit weight and `dtype`
+    /// activations: the dense instance, or with `grouped` (its units) the
+    /// grouped one over that many block rows, with kernel arguments `args`.
     ///
     /// # Safety
     /// `args` matches the instance's parameters and the plan's sizes.
     pub(crate) unsafe fn launch_kslots(
         &self,
-        idx: usize,
+        bits: u32,
+        dtype: Dtype,
         plan: &Plan,
-        units: u32,
+        grouped: Option<u32>,
         args: &mut [*mut c_void],
     ) -> Result<()> {
+        let idx =
+            mma_kslots_slot(bits, plan.tile.tile_n / 8, dtype, grouped.is_some()).expect("planned instance exists");
         let f = &self.kernels.mma_kslots[idx].0;
-        unsafe { self.launch_units(f, plan, units, kslots::THREADS, args) }
+        unsafe { self.launch_units(f, plan, grouped.unwrap_or(1), kslots::THREADS, args) }
     }
 
     /// The plan [`Context::mma_gemm_with`] would launch for `m` rows of
@@ -531,16 +550,8 @@ impl Context {
         let sms = opts.sm_count_override.unwrap_or(self.info().sm_count);
         let shape = w.shape();
         let bits = w.bits();
-        match opts.k_slots {
-            Some(true) => return self.kslots_plan(dtype, m, shape, bits, sms, None, opts),
-            None if opts.splits == Splits::Auto && opts.stage_tiles.is_none() && sms > 0 => {
-                if let Ok(p) = self.kslots_plan(dtype, m, shape, bits, sms, None, opts)
-                    && kslots_first(&p, bits, sms, 1)
-                {
-                    return Ok(p);
-                }
-            }
-            _ => {}
+        if let Some(p) = self.kslots_choice(KslotsCall { dtype, m, shape, bits, sms, grouped: None }, opts)? {
+            return Ok(p);
         }
         let mb = m.div_ceil(16) as u32;
         let limits = self.mma.limits();

@@ -131,9 +131,12 @@ impl Context {
                 // At max_m = 3 a grouped K-slot plan puts the tensor-core
                 // kernel ahead of the GEMV; it runs as planned here.
                 if aligned && max_m == 3 && experts.shape().k >= KSLOTS_MIN_K {
+                    // A plan that cannot be made leaves the choice below.
                     let rows = crate::experts::check_grouped(experts, expert_offsets.len(), max_m, x.len(), y.len())?;
-                    let gp = self.grouped_mma_plan(T::DTYPE, max_m, experts, rows, MmaOptions::default())?;
-                    if gp.plan.k_slots && rows > 0 {
+                    if let Ok(gp) = self.grouped_mma_plan(T::DTYPE, max_m, experts, rows, MmaOptions::default())
+                        && gp.plan.k_slots
+                        && rows > 0
+                    {
                         self.grouped_mma_launch(x, expert_offsets, experts, y, rows, gp)?;
                         self.record_kernel(Kernel::GroupedMma);
                         return Ok(Kernel::GroupedMma);
