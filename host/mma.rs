@@ -294,14 +294,16 @@ pub(crate) struct KslotsCall {
 ///   between −1 and +4 % at k = 2, 4;
 /// - M = 9..16, where a stage holds 16 activation rows (2 KiB against
 ///   256..656 bytes of planes): grids on at most half the SMs (`kv`: −17 to
-///   −23 % at every k), and plans whose activations are at most 6× the
-///   stage's planes with full-depth rings two blocks per SM (k = 3: `q`
-///   −17 %, `o` −6 to −8 %, `down` −5 %), and 32-column blocks, one per SM
-///   on at least 9/10 of the SMs (`q` at M = 16, k = 2 / 3 / 4 / 5: −23 /
-///   −20 / −3 / −13 %). The other rows lose up to 17 % (k = 2: the
-///   activations dominate the traffic; k = 4, 5: the 32 KiB decode table
-///   leaves one block per SM or shallower rings), and up to 25 % with
-///   32-column blocks that leave half the SMs idle (`o`, `down`).
+///   −23 % at every k); at odd k, plans whose activations are at most 6×
+///   the stage's planes with room on every SM for a second grid's share of
+///   blocks (k = 3, 4-stage rings: `q` −17 %, `o` −6 to −8 %, `down` −5 %;
+///   k = 5, 3-stage rings: `o` −5 %, `down` −3 %); and 32-column blocks,
+///   one per SM on at least 9/10 of the SMs (`q` at M = 16, k = 2 / 3 / 4
+///   / 5: −23 / −20 / −3 / −13 %). The other rows lose up to 17 % (k = 2:
+///   the activations dominate the traffic; k = 4: `down` +16 % at M = 16
+///   with the same rings as k = 5, unexplained, see the even-k rows of the
+///   notes), and up to 25 % with 32-column blocks that leave half the SMs
+///   idle (`o`, `down`).
 ///
 /// A grouped launch (`units` block rows of `p.grid` blocks, one matrix
 /// each) is judged by all its blocks.
@@ -318,9 +320,10 @@ fn kslots_first(p: &Plan, bits: u32, sms: u32, units: u32) -> bool {
     let a_bytes = kslots::a_rows(p.m) * 128;
     let w_bytes = 16 * kslots::w_chunks(bits, nf);
     let one_per_sm = nf == 4 && grid <= sms && 10 * grid >= 9 * sms;
-    2 * grid <= sms
-        || one_per_sm
-        || (a_bytes <= 6 * w_bytes && p.stages == kslots::MAX_DEPTH && p.tile.blocks_per_sm >= 2)
+    // Room on every SM for the next call's share of blocks beside this
+    // call's (`Context::kslots_plan`).
+    let room = p.tile.blocks_per_sm >= 2 * grid.div_ceil(sms.max(1));
+    2 * grid <= sms || one_per_sm || (bits % 2 == 1 && a_bytes <= 6 * w_bytes && room)
 }
 
 impl Context {
