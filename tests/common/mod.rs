@@ -2,7 +2,7 @@
 //! fresh random data, and error measures.
 #![allow(dead_code)]
 
-use kbit::{Context, Element, Error};
+use kbit::{Context, Element, Error, Shape, reference};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use rand_distr::{Distribution, StandardNormal};
 
@@ -83,6 +83,33 @@ pub fn errors(got: &[f32], want: &[f64], floor: f64) -> (f64, f64) {
         worst = worst.max(d.abs() / w.abs().max(floor));
     }
     ((num / den.max(1e-300)).sqrt(), worst)
+}
+
+/// Errors of `got` against `want` = x·Wᵀ (`m` rows, f64) on the scale of
+/// the products: ‖got − want‖ / ‖s‖ and max |got − want| / max(|want|,
+/// rms(s)), where s² = Σ_k (x·w)² per output, which is what E[want²] is for
+/// zero-mean random x and W. Rounding errors (of the weights to f16/bf16,
+/// of partial sums) scale with s, not with the outputs: where only a few
+/// outputs exist (N = 1) and they happen to cancel, ‖want‖ can be many
+/// times smaller than ‖s‖ and the plain relative error ([`errors`]) grows
+/// by that factor with no error in the kernel.
+#[allow(dead_code)] // not every test binary measures against products
+pub fn product_errors<X: Element>(got: &[f32], want: &[f64], x: &[X], m: usize, w: &[f32], shape: Shape) -> (f64, f64) {
+    let x2: Vec<f32> = x.iter().map(|v| v.to_f32() * v.to_f32()).collect();
+    let w2: Vec<f32> = w.iter().map(|v| v * v).collect();
+    let s2 = reference::matmul_f64(&x2, m, &w2, shape).unwrap();
+    let norm2: f64 = s2.iter().sum();
+    let (mut num, mut worst) = (0.0f64, 0.0f64);
+    let floor = (norm2 / s2.len().max(1) as f64).sqrt();
+    for (&g, &r) in got.iter().zip(want) {
+        if !g.is_finite() {
+            return (f64::INFINITY, f64::INFINITY);
+        }
+        let d = g as f64 - r;
+        num += d * d;
+        worst = worst.max(d.abs() / r.abs().max(floor));
+    }
+    ((num / norm2.max(1e-300)).sqrt(), worst)
 }
 
 /// The design's shapes (K, N), DESIGN §1, plus names.
