@@ -328,7 +328,8 @@ fn kslots_first(p: &Plan, bits: u32, sms: u32, units: u32) -> bool {
 
 impl Context {
     /// The plan of the K-slot variant: 32-column blocks where they give
-    /// every SM two, or past 8 rows one to at least 9/10 of the SMs,
+    /// every SM two, or past 8 rows or in a grouped launch one to at least
+    /// 9/10 of the SMs,
     /// 8-column blocks where they are at most one per SM, 16-column blocks
     /// otherwise; rings of 4 stages, or 3 where that leaves room on every
     /// SM for a second grid's share of blocks beside this one's, keeps the
@@ -347,12 +348,16 @@ impl Context {
         let units = grouped.unwrap_or(1) as usize;
         // 32-column blocks where they give every SM two, or, past 8 rows
         // (16 activation rows a stage, which a 32-column block shares over
-        // twice the columns), where one per SM covers at least 9/10 of them.
-        // 8-column blocks where even they are at most one per SM (`kv`:
-        // twice the blocks of 16 columns on an otherwise idle GPU).
+        // twice the columns) and in grouped launches, where one per SM
+        // covers at least 9/10 of them. Measured on an H100 at M = 3..8:
+        // `moe_gu` ×8 (128 blocks of 32 columns against 256 of 16) −3 /
+        // −8 / −8 / −14 % at k = 2 / 3 / 4 / 5, where dense `q` with the
+        // same blocks loses 1–6 % at k = 2..4. 8-column blocks where even
+        // they are at most one per SM (`kv`: twice the blocks of 16 columns
+        // on an otherwise idle GPU).
         let n32 = shape.n.div_ceil(32) * units;
         let one_per_sm = n32 <= sms as usize && 10 * n32 >= 9 * sms as usize;
-        let nf = if n32 >= 2 * sms as usize || (m > 8 && one_per_sm) {
+        let nf = if n32 >= 2 * sms as usize || ((m > 8 || grouped.is_some()) && one_per_sm) {
             4
         } else if shape.n.div_ceil(8) * units <= sms as usize {
             1
