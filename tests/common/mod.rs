@@ -68,20 +68,27 @@ pub fn assert_bits_eq<T: Element>(got: &[T], want: &[T], what: &str) {
     }
 }
 
-/// ‖got − want‖ / ‖want‖ and max |got − want| / max(|want|, floor); NaN in
-/// `got` makes both infinite.
-pub fn errors(got: &[f32], want: &[f64], floor: f64) -> (f64, f64) {
+/// Σ (got − want)² and max |got − want| / max(|want|, floor), or `None`
+/// where `got` holds a NaN or an infinity.
+fn diff_measures(got: &[f32], want: &[f64], floor: f64) -> Option<(f64, f64)> {
     assert_eq!(got.len(), want.len());
-    let (mut num, mut den, mut worst) = (0.0f64, 0.0f64, 0.0f64);
+    let (mut num, mut worst) = (0.0f64, 0.0f64);
     for (&g, &w) in got.iter().zip(want) {
         if !g.is_finite() {
-            return (f64::INFINITY, f64::INFINITY);
+            return None;
         }
         let d = g as f64 - w;
         num += d * d;
-        den += w * w;
         worst = worst.max(d.abs() / w.abs().max(floor));
     }
+    Some((num, worst))
+}
+
+/// ‖got − want‖ / ‖want‖ and max |got − want| / max(|want|, floor); NaN in
+/// `got` makes both infinite.
+pub fn errors(got: &[f32], want: &[f64], floor: f64) -> (f64, f64) {
+    let Some((num, worst)) = diff_measures(got, want, floor) else { return (f64::INFINITY, f64::INFINITY) };
+    let den: f64 = want.iter().map(|w| w * w).sum();
     ((num / den.max(1e-300)).sqrt(), worst)
 }
 
@@ -92,23 +99,15 @@ pub fn errors(got: &[f32], want: &[f64], floor: f64) -> (f64, f64) {
 /// of partial sums) scale with s, not with the outputs: where only a few
 /// outputs exist (N = 1) and they happen to cancel, ‖want‖ can be many
 /// times smaller than ‖s‖ and the plain relative error ([`errors`]) grows
-/// by that factor with no error in the kernel.
-#[allow(dead_code)] // not every test binary measures against products
+/// by that factor with no error in the kernel. NaN in `got` makes both
+/// infinite.
 pub fn product_errors<X: Element>(got: &[f32], want: &[f64], x: &[X], m: usize, w: &[f32], shape: Shape) -> (f64, f64) {
     let x2: Vec<f32> = x.iter().map(|v| v.to_f32() * v.to_f32()).collect();
     let w2: Vec<f32> = w.iter().map(|v| v * v).collect();
     let s2 = reference::matmul_f64(&x2, m, &w2, shape).unwrap();
     let norm2: f64 = s2.iter().sum();
-    let (mut num, mut worst) = (0.0f64, 0.0f64);
     let floor = (norm2 / s2.len().max(1) as f64).sqrt();
-    for (&g, &r) in got.iter().zip(want) {
-        if !g.is_finite() {
-            return (f64::INFINITY, f64::INFINITY);
-        }
-        let d = g as f64 - r;
-        num += d * d;
-        worst = worst.max(d.abs() / r.abs().max(floor));
-    }
+    let Some((num, worst)) = diff_measures(got, want, floor) else { return (f64::INFINITY, f64::INFINITY) };
     ((num / norm2.max(1e-300)).sqrt(), worst)
 }
 
