@@ -305,6 +305,20 @@ pub(crate) struct KslotsCall {
 ///   notes), and up to 25 % with 32-column blocks that leave half the SMs
 ///   idle (`o`, `down`).
 ///
+/// Whether `blocks` blocks are one per SM on at least 9/10 of the `sms`
+/// SMs (the K-slot plans' rule for 32-column blocks).
+fn one_per_sm(blocks: u64, sms: u32) -> bool {
+    blocks <= sms as u64 && 10 * blocks >= 9 * sms as u64
+}
+
+/// Whether `resident` blocks per SM leave room for the next call's share
+/// of a grid of `blocks` beside this call's: a programmatic launch then
+/// starts its blocks (table build, first weight copies) while this one
+/// runs.
+fn room_for_next(resident: u32, blocks: u32, sms: u32) -> bool {
+    resident >= 2 * blocks.div_ceil(sms.max(1))
+}
+
 /// A grouped launch (`units` block rows of `p.grid` blocks, one matrix
 /// each) is judged by all its blocks.
 fn kslots_first(p: &Plan, bits: u32, sms: u32, units: u32) -> bool {
@@ -319,11 +333,8 @@ fn kslots_first(p: &Plan, bits: u32, sms: u32, units: u32) -> bool {
     let nf = p.tile.tile_n / 8;
     let a_bytes = kslots::a_rows(p.m) * 128;
     let w_bytes = 16 * kslots::w_chunks(bits, nf);
-    let one_per_sm = nf == 4 && grid <= sms && 10 * grid >= 9 * sms;
-    // Room on every SM for the next call's share of blocks beside this
-    // call's (`Context::kslots_plan`).
-    let room = p.tile.blocks_per_sm >= 2 * grid.div_ceil(sms.max(1));
-    2 * grid <= sms || one_per_sm || (bits % 2 == 1 && a_bytes <= 6 * w_bytes && room)
+    let room = room_for_next(p.tile.blocks_per_sm, grid, sms);
+    2 * grid <= sms || (nf == 4 && one_per_sm(grid as u64, sms)) || (bits % 2 == 1 && a_bytes <= 6 * w_bytes && room)
 }
 
 impl Context {
@@ -356,8 +367,7 @@ impl Context {
         // they are at most one per SM (`kv`: twice the blocks of 16 columns
         // on an otherwise idle GPU).
         let n32 = shape.n.div_ceil(32) * units;
-        let one_per_sm = n32 <= sms as usize && 10 * n32 >= 9 * sms as usize;
-        let nf = if n32 >= 2 * sms as usize || ((m > 8 || grouped.is_some()) && one_per_sm) {
+        let nf = if n32 >= 2 * sms as usize || ((m > 8 || grouped.is_some()) && one_per_sm(n32 as u64, sms)) {
             4
         } else if shape.n.div_ceil(8) * units <= sms as usize {
             1
@@ -381,8 +391,7 @@ impl Context {
         // ran 3 and 12 % faster with 3-stage rings (two blocks per SM) than
         // with 4 (one), measured on an H100.
         let depths = (kslots::MIN_DEPTH..=kslots::MAX_DEPTH).rev().filter(|&d| fits(d));
-        let share = all_blocks.div_ceil(sms.max(1));
-        let room = depths.clone().find(|&d| resident(d) >= 2 * share);
+        let room = depths.clone().find(|&d| room_for_next(resident(d), all_blocks, sms));
         let one_wave = || depths.clone().find(|&d| all_blocks <= sms * resident(d));
         let Some(depth) =
             room.or_else(one_wave).or_else(|| depths.clone().find(|&d| resident(d) >= 2)).or(depths.clone().next())
