@@ -355,6 +355,33 @@ impl Bench<'_> {
         }
     }
 
+    /// The kernel automatic dispatch runs for this row (`linear`, or
+    /// `expert_linear` for MoE rows), from one untimed call; `None` if the
+    /// call fails.
+    fn auto_kernel<T: Element>(
+        &self,
+        shape: &BenchShape,
+        m: usize,
+        copies: &data::KbitCopies,
+        x: &CudaSlice<T>,
+        y: &mut CudaSlice<T>,
+    ) -> Option<Kernel> {
+        let ctx = self.ctx;
+        ctx.force_kernel(None).ok()?;
+        let (k, n) = (shape.k, shape.n);
+        if shape.experts > 1 {
+            let offsets: Vec<u32> = (0..=shape.experts as u32).map(|e| e * m as u32).collect();
+            let offsets = ctx.stream().clone_htod(&offsets).ok()?;
+            let rows = shape.experts * m;
+            let (xv, mut yv) = (x.slice(0..rows * k), y.slice_mut(0..rows * n));
+            ctx.expert_linear(&xv, &offsets, m, copies.experts.first()?, &mut yv).ok()?;
+        } else {
+            let (xv, mut yv) = (x.slice(0..m * k), y.slice_mut(0..m * n));
+            ctx.linear(&xv, m, copies.copies.first()?.first()?, &mut yv).ok()?;
+        }
+        ctx.last_kernel()
+    }
+
     /// The per-M tables (the default mode).
     fn tables<T: Element>(&mut self) -> kbit::Result<String> {
         let opts = self.opts;
@@ -366,6 +393,8 @@ impl Bench<'_> {
         let (ns, nb, nm) = (shapes.len(), bits.len(), ms.len());
         // kbit[(si·nb + bi)·nm + mi][kernel], dense[si·nm + mi]
         let mut kbit = vec![[None::<f64>; 5]; ns * nb * nm];
+        // The kernel automatic dispatch picks, same index.
+        let mut auto = vec![None::<Kernel>; ns * nb * nm];
         let mut dense = vec![None::<f64>; ns * nm];
         // Everything is prepared first (weights, their rotation copies,
         // activations), then measured M by M: the rows of one M table are
@@ -424,12 +453,18 @@ impl Bench<'_> {
                 self.rows.push(row);
                 for (bi, &b) in bits.iter().enumerate() {
                     let copies = &p.kbit[bi];
+                    let picked = self.auto_kernel(shape, m, copies, &p.x, &mut p.y);
+                    auto[(si * nb + bi) * nm + mi] = picked;
                     for (ki, &kernel) in Kernel::ALL.iter().enumerate() {
                         let t = self.time_kbit(kernel, shape, m, copies, &p.x, &mut p.y)?;
                         kbit[(si * nb + bi) * nm + mi][ki] = t.map(|t| t.us);
                         if let Some(t) = t {
                             let bytes = copies.bytes_per_call;
-                            self.rows.push(json_row(Some(m), shape, b, kernel.name(), &t, bytes, bytes));
+                            let mut row = json_row(Some(m), shape, b, kernel.name(), &t, bytes, bytes);
+                            if let Json::Obj(f) = &mut row {
+                                f.push(("auto", Json::Bool(picked == Some(kernel))));
+                            }
+                            self.rows.push(row);
                         }
                     }
                 }
@@ -437,8 +472,17 @@ impl Bench<'_> {
             eprintln!("[M {:>2}/{nm}] M = {m}: {ns} shapes measured ({:.1} s)", mi + 1, t0.elapsed().as_secs_f64());
         }
 
-        Ok(Results { shapes: &shapes, ms, bits, kbit: &kbit, dense: &dense, base: self.base, copy_gbs: self.copy_gbs }
-            .render())
+        let results = Results {
+            shapes: &shapes,
+            ms,
+            bits,
+            kbit: &kbit,
+            auto: &auto,
+            dense: &dense,
+            base: self.base,
+            copy_gbs: self.copy_gbs,
+        };
+        Ok(results.render())
     }
 
     /// `--dequant`: dequantize bandwidth, and dequant + GEMM vs fp16 GEMM.
@@ -557,13 +601,15 @@ impl Bench<'_> {
 }
 
 /// Times of the table mode, indexed `kbit[(si·nb + bi)·nm + mi][kernel]` and
-/// `dense[si·nm + mi]` (shape si, bit width bi, M index mi), as Markdown:
-/// one table per M, then a summary of the TOTAL rows.
+/// `dense[si·nm + mi]` (shape si, bit width bi, M index mi), with the kernel
+/// automatic dispatch picks (`auto`, indexed as `kbit`), as Markdown: one
+/// table per M, then a summary of the TOTAL rows.
 struct Results<'a> {
     shapes: &'a [BenchShape],
     ms: &'a [usize],
     bits: &'a [u32],
     kbit: &'a [[Option<f64>; 5]],
+    auto: &'a [Option<Kernel>],
     dense: &'a [Option<f64>],
     base: &'a str,
     copy_gbs: f64,
@@ -571,13 +617,13 @@ struct Results<'a> {
 
 impl Results<'_> {
     fn render(&self) -> String {
-        let Results { shapes, ms, bits, kbit, dense, base, copy_gbs } = *self;
+        let Results { shapes, ms, bits, kbit, auto, dense, base, copy_gbs } = *self;
         let (ns, nb, nm, nk) = (shapes.len(), bits.len(), ms.len(), Kernel::ALL.len());
         let mut out = String::new();
         let vs_base = format!("vs {}", base);
         let mut header: Vec<&str> = vec!["shape", "K×N", "k"];
         header.extend(Kernel::ALL.iter().map(|k| k.name()));
-        header.extend([base, "Best", "best kernel", vs_base.as_str(), "ideal", "GB/s", "% copy"]);
+        header.extend([base, "Best", "best kernel", vs_base.as_str(), "ideal", "GB/s", "% copy", "auto"]);
         let mut summary: Vec<Vec<String>> = Vec::new();
         for (mi, &m) in ms.iter().enumerate() {
             let mut table = Table::new(&header, 2).left(header.iter().position(|h| *h == "best kernel").unwrap_or(0));
@@ -591,12 +637,26 @@ impl Results<'_> {
                         .filter_map(|(ki, t)| t.map(|t| (t, Kernel::ALL[ki])))
                         .min_by(|a, b| a.0.total_cmp(&b.0))
                 };
+                // Automatic dispatch: its kernel and that kernel's time.
+                let picked = |si: usize| auto[(si * nb + bi) * nm + mi];
+                let picked_us = |si: usize| {
+                    let k = picked(si)?;
+                    cells(si)[Kernel::ALL.iter().position(|&x| x == k)?]
+                };
+                let auto_cell = |si: usize| match (picked(si), picked_us(si), best(si)) {
+                    (Some(k), Some(t), Some((bt, _))) if t > 1.03 * bt => {
+                        format!("{} (+{:.0}%)", k.name(), 100.0 * (t / bt - 1.0))
+                    }
+                    (Some(k), _, _) => k.name().to_string(),
+                    _ => "-".into(),
+                };
                 let mut line = |name: String,
                                 kxn: String,
                                 times: Vec<Option<f64>>,
                                 base: Option<f64>,
                                 best: Option<(f64, String)>,
-                                bytes: usize| {
+                                bytes: usize,
+                                auto: String| {
                     let mut row = vec![name, kxn, b.to_string()];
                     row.extend(times.iter().map(|t| opt_us(*t)));
                     row.push(opt_us(base));
@@ -608,6 +668,7 @@ impl Results<'_> {
                     let gbs = best.as_ref().map(|b| bytes as f64 / b.0 / 1e3);
                     row.push(gbs.map_or("-".into(), |g| format!("{g:.0}")));
                     row.push(gbs.map_or("-".into(), |g| format!("{:.0}%", 100.0 * g / copy_gbs)));
+                    row.push(auto);
                     table.row(row);
                     vs
                 };
@@ -622,6 +683,7 @@ impl Results<'_> {
                         dense[si * nm + mi],
                         best,
                         kbit_bytes(sh, b),
+                        auto_cell(si),
                     );
                 }
                 if !design.is_empty() {
@@ -636,8 +698,10 @@ impl Results<'_> {
                     } else {
                         format!("**TOTAL** ({} shapes)", design.len())
                     };
-                    let vs =
-                        line(name, String::new(), times, base, best_total.map(|t| (t, "sum of best".into())), bytes);
+                    // The block as automatic dispatch runs it.
+                    let auto_total = sum(&picked_us).map_or("-".into(), |t| format!("Σ {}", us(t)));
+                    let best_total_cell = best_total.map(|t| (t, "sum of best".into()));
+                    let vs = line(name, String::new(), times, base, best_total_cell, bytes, auto_total);
                     summary_row.push(match (vs, best_total, base) {
                         (Some(v), Some(bt), Some(f)) => format!("{} ({} / {} µs)", ratio(v), us(bt), us(f)),
                         _ => "-".into(),
@@ -653,12 +717,15 @@ impl Results<'_> {
                         dense[si * nm + mi],
                         best,
                         kbit_bytes(sh, b),
+                        auto_cell(si),
                     );
                 }
             }
             summary.push(summary_row);
             out.push_str(&format!(
-                "## M = {m}\n\nµs per call{}; `-`: kernel not in this build or not applicable.\n\n{}\n",
+                "## M = {m}\n\nµs per call{}; `-`: kernel not in this build or not applicable. auto: the kernel \
+                 automatic dispatch (`linear`; MoE rows `expert_linear`) runs, with how much slower than Best it is \
+                 when that is over 3 %; on the TOTAL row the block's time with it.\n\n{}\n",
                 if shapes.iter().any(|s| s.experts > 1) { " (moe rows: all experts, M rows each)" } else { "" },
                 table.render()
             ));
@@ -709,11 +776,18 @@ mod tests {
             }
         }
         let dense = vec![Some(20.0); ns * nm];
+        // Automatic dispatch picks dequant_cublas everywhere, except on the
+        // extra shape, where it reports nothing.
+        let mut auto = vec![Some(Kernel::DequantCublas); ns * nb * nm];
+        for a in &mut auto[(ns - 1) * nb * nm..] {
+            *a = None;
+        }
         let results = Results {
             shapes: &shapes,
             ms: &ms,
             bits: &bits,
             kbit: &kbit,
+            auto: &auto,
             dense: &dense,
             base: "fp16",
             copy_gbs: 3000.0,
@@ -723,7 +797,7 @@ mod tests {
         let (m16, summary) = rest.split_once("## Summary").unwrap();
         assert!(m1.starts_with("## M = 1\n"), "{out}");
 
-        // shape | K×N | k | scalar | mma | dequant_cublas | grouped_scalar | grouped_mma | fp16 | Best | best kernel | vs | ideal | GB/s | %
+        // shape | K×N | k | scalar | mma | dequant_cublas | grouped_scalar | grouped_mma | fp16 | Best | best kernel | vs | ideal | GB/s | % | auto
         let gateup = rows(m1, "gateup");
         assert_eq!(gateup.len(), 2); // k = 2 and k = 4
         let gbs = format!("{:.0}", kbit_bytes(&shapes[0], 2) as f64 / 10.0 / 1e3);
@@ -745,6 +819,7 @@ mod tests {
         ];
         assert_eq!(gateup[0][..13], want);
         assert_eq!((gateup[0][13], gateup[0][14]), (gbs.as_str(), pct.as_str()));
+        assert_eq!(gateup[0][15], "dequant_cublas");
         assert_eq!(rows(m1, "moe_gu ×8").len(), 2);
 
         // TOTAL of the 7 design shapes: 70 µs vs 140 µs; the extra shape follows it.
@@ -754,10 +829,16 @@ mod tests {
         let lines: Vec<&str> = m1.lines().collect();
         let at = lines.iter().position(|l| l.contains("**TOTAL**")).unwrap();
         assert!(lines[at + 1].starts_with("| llama8b "), "{m1}");
+        assert_eq!(totals[0][15], "Σ 70.0");
+        assert_eq!(rows(m1, "llama8b")[0][15], "-");
 
         // M = 16: mma wins at 5 µs.
         let kv = rows(m16, "kv");
         assert_eq!(kv[0][4..12], ["5.00", "10.0", "-", "-", "20.0", "5.00", "mma", "4.00×"]);
+        // Automatic dispatch 100 % over the best there, in every row and in
+        // the block's sum.
+        assert_eq!(kv[0][15], "dequant_cublas (+100%)");
+        assert_eq!(rows(m16, "**TOTAL** (block)")[0][15], "Σ 70.0");
 
         // The summary: one row per M, one column per k.
         assert_eq!(rows(summary, "1"), [["1", "2.00× (70.0 / 140.0 µs)", "2.00× (70.0 / 140.0 µs)"]]);
