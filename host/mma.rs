@@ -279,6 +279,20 @@ pub(crate) struct KslotsCall {
     pub grouped: Option<u32>,
 }
 
+/// Whether `blocks` blocks are one per SM on at least 9/10 of the `sms`
+/// SMs (the K-slot plans' rule for 32-column blocks).
+fn one_per_sm(blocks: u64, sms: u32) -> bool {
+    blocks <= sms as u64 && 10 * blocks >= 9 * sms as u64
+}
+
+/// Whether `resident` blocks per SM leave room for the next call's share
+/// of a grid of `blocks` beside this call's: a programmatic launch then
+/// starts its blocks (table build, first weight copies) while this one
+/// runs.
+fn room_for_next(resident: u32, blocks: u32, sms: u32) -> bool {
+    resident >= 2 * blocks.div_ceil(sms.max(1))
+}
+
 /// Whether the planner takes K-slot plan `p` for a `bits`-bit weight on
 /// `sms` SMs. Each block reads all of x (M·K·2 bytes against
 /// `8·NF·K·(k + 1/4)/8` of weights), so its activation traffic grows with
@@ -305,20 +319,6 @@ pub(crate) struct KslotsCall {
 ///   notes), and up to 25 % with 32-column blocks that leave half the SMs
 ///   idle (`o`, `down`).
 ///
-/// Whether `blocks` blocks are one per SM on at least 9/10 of the `sms`
-/// SMs (the K-slot plans' rule for 32-column blocks).
-fn one_per_sm(blocks: u64, sms: u32) -> bool {
-    blocks <= sms as u64 && 10 * blocks >= 9 * sms as u64
-}
-
-/// Whether `resident` blocks per SM leave room for the next call's share
-/// of a grid of `blocks` beside this call's: a programmatic launch then
-/// starts its blocks (table build, first weight copies) while this one
-/// runs.
-fn room_for_next(resident: u32, blocks: u32, sms: u32) -> bool {
-    resident >= 2 * blocks.div_ceil(sms.max(1))
-}
-
 /// A grouped launch (`units` block rows of `p.grid` blocks, one matrix
 /// each) is judged by all its blocks.
 fn kslots_first(p: &Plan, bits: u32, sms: u32, units: u32) -> bool {

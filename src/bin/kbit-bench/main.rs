@@ -329,8 +329,7 @@ impl Bench<'_> {
         let (k, n) = (shape.k, shape.n);
         let result = if grouped {
             // One expert-dispatch call over the experts, m rows each.
-            let offsets: Vec<u32> = (0..=shape.experts as u32).map(|e| e * m as u32).collect();
-            let offsets = ctx.stream().clone_htod(&offsets)?;
+            let offsets = self.expert_offsets(shape, m)?;
             let rows = shape.experts * m;
             let (xv, mut yv) = (x.slice(0..rows * k), y.slice_mut(0..rows * n));
             self.timer.per_call(copies.experts.len(), &mut |i| {
@@ -355,6 +354,12 @@ impl Bench<'_> {
         }
     }
 
+    /// Device expert offsets for `shape.experts` experts of `m` rows each.
+    fn expert_offsets(&self, shape: &BenchShape, m: usize) -> kbit::Result<CudaSlice<u32>> {
+        let offsets: Vec<u32> = (0..=shape.experts as u32).map(|e| e * m as u32).collect();
+        Ok(self.ctx.stream().clone_htod(&offsets)?)
+    }
+
     /// The kernel automatic dispatch runs for this row (`linear`, or
     /// `expert_linear` for MoE rows), from one untimed call; `None` if the
     /// call fails.
@@ -370,8 +375,7 @@ impl Bench<'_> {
         ctx.force_kernel(None).ok()?;
         let (k, n) = (shape.k, shape.n);
         if shape.experts > 1 {
-            let offsets: Vec<u32> = (0..=shape.experts as u32).map(|e| e * m as u32).collect();
-            let offsets = ctx.stream().clone_htod(&offsets).ok()?;
+            let offsets = self.expert_offsets(shape, m).ok()?;
             let rows = shape.experts * m;
             let (xv, mut yv) = (x.slice(0..rows * k), y.slice_mut(0..rows * n));
             ctx.expert_linear(&xv, &offsets, m, copies.experts.first()?, &mut yv).ok()?;
