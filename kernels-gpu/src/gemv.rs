@@ -508,10 +508,19 @@ unsafe fn epilogue<const M: usize, T: Elem<Raw = u16>, const H: u32>(
     while q < cols * M as u32 {
         let r = q / cols;
         let c = q % cols;
-        let mut v = unsafe { ptx::ld_shared_f32(red + (r * cols + c) * 4) };
-        for w in 1..team.warps {
-            v = ptx::add_rn_f32(v, unsafe { ptx::ld_shared_f32(red + ((w * M as u32 + r) * cols + c) * 4) });
-        }
+        // The warps' partials in warp order; at M = 1 loaded four at a time
+        // (at M = 2 the rounds took the two-team k = 5 instance from 64 to 80
+        // registers, out of its teamed plan; the plain loop adds in the same
+        // order).
+        let v = if M == 1 {
+            unsafe { crate::gemv_slots::sum_slots_in_order::<2>(red + q * 4, cols * 4, team.warps) }
+        } else {
+            let mut v = unsafe { ptx::ld_shared_f32(red + (r * cols + c) * 4) };
+            for w in 1..team.warps {
+                v = ptx::add_rn_f32(v, unsafe { ptx::ld_shared_f32(red + ((w * M as u32 + r) * cols + c) * 4) });
+            }
+            v
+        };
         let nn = first_col + c as u64;
         if r < rows && nn < n_dim {
             unsafe { *y.add((r as u64 * n_dim + nn) as usize) = T::from_f32(v) };

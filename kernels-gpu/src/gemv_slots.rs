@@ -449,7 +449,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const GROUPED
         // (At M ≥ 2 the rounds took some instances past 64 registers, i.e.
         // to one 512-thread block per SM; the plain loop adds in the same order.)
         let v = if M == 1 {
-            unsafe { sum_slots_in_order::<false>(xs + c * 4, cols * 4, geo.slots()) }
+            unsafe { sum_slots_in_order::<0>(xs + c * 4, cols * 4, geo.slots()) }
         } else {
             let mut v = unsafe { ptx::ld_shared_f32(xs + (r * cols + c) * 4) };
             for s in 1..geo.slots() {
@@ -510,7 +510,7 @@ unsafe fn finish<const M: usize, const J: usize, T: Elem<Raw = u16>>(
         let r = q >> log_span;
         let c = q & (span - 1);
         let v = if M == 1 {
-            unsafe { sum_slots_in_order::<true>(red(0, 0, c), span * 4, at.slots) }
+            unsafe { sum_slots_in_order::<1>(red(0, 0, c), span * 4, at.slots) }
         } else {
             let mut v = unsafe { ptx::ld_shared_f32(red(0, r, c)) };
             for s in 1..at.slots {
@@ -530,16 +530,17 @@ unsafe fn finish<const M: usize, const J: usize, T: Elem<Raw = u16>>(
 /// the slot partials `v_s` at `base + s·stride`, in slot order. The loads go
 /// in rounds of four, a whole round in flight (past the last slot a round
 /// repeats it and does not add it), so a sum of S partials waits about
-/// S / 4 shared-memory latencies instead of S. `PAIR` only separates the
-/// copy of [`pair`] from the one of [`body`]: with one function for both,
-/// LLVM shaped the dense instances' loop differently and ptxas took some
-/// of them past 64 registers.
+/// S / 4 shared-memory latencies instead of S. `SITE` only separates the
+/// copies of its callers ([`body`] 0, [`pair`] 1, the block variant's
+/// reduction 2): with one function for several, LLVM shaped the dense
+/// instances' loop differently and ptxas took some of them past 64
+/// registers.
 ///
 /// # Safety
 /// `base + s·stride` is a valid shared address for every `s < slots`;
 /// `slots ≥ 1`.
 #[inline(always)]
-unsafe fn sum_slots_in_order<const PAIR: bool>(base: u32, stride: u32, slots: u32) -> f32 {
+pub(crate) unsafe fn sum_slots_in_order<const SITE: u8>(base: u32, stride: u32, slots: u32) -> f32 {
     let at = |s: u32| base + s.min(slots - 1) * stride;
     let mut v = 0f32;
     let mut s = 0u32;
