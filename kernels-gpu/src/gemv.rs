@@ -475,7 +475,7 @@ impl Team {
 /// Every thread of the team calls it; `red` has room for `W·M·32` floats
 /// and nobody reads it any more; `y` holds `rows` rows of `n_dim`.
 #[inline(always)]
-unsafe fn epilogue<const M: usize, T: Elem<Raw = u16>, const H: u32>(
+unsafe fn epilogue<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32>(
     acc: &[[f32; M]; G],
     red: u32,
     team: Team,
@@ -508,12 +508,14 @@ unsafe fn epilogue<const M: usize, T: Elem<Raw = u16>, const H: u32>(
     while q < cols * M as u32 {
         let r = q / cols;
         let c = q % cols;
-        // The warps' partials in warp order; at M = 1 loaded four at a time
-        // (at M = 2 the rounds took the two-team k = 5 instance from 64 to 80
-        // registers, out of its teamed plan; the plain loop adds in the same
-        // order).
-        let v = if M == 1 {
-            unsafe { crate::gemv_slots::sum_slots_in_order::<2>(red + q * 4, cols * 4, team.warps) }
+        // The warps' partials in warp order, loaded four at a time at M = 1
+        // and at M = 2 below k = 5 (there the rounds took the two-team
+        // instance from 64 to 80 registers, out of its teamed plan; the
+        // plain loop adds in the same order).
+        let v = if M == 1 || (M == 2 && K != 5) {
+            unsafe {
+                crate::gemv_slots::sum_slots_in_order::<2>(red + (r * cols + c) * 4, M as u32 * cols * 4, team.warps)
+            }
         } else {
             let mut v = unsafe { ptx::ld_shared_f32(red + (r * cols + c) * 4) };
             for w in 1..team.warps {
@@ -664,7 +666,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32>
         spans_now.advance(step);
         if i == n_iter {
             let first_col = cb_now as u64 * g::BLOCK_COLS as u64;
-            unsafe { epilogue::<M, T, H>(&acc, red, team, y, rows, n_dim, first_col) };
+            unsafe { epilogue::<M, K, T, H>(&acc, red, team, y, rows, n_dim, first_col) };
             acc = [[0f32; M]; G];
             i = 0;
             item += 1;
