@@ -98,7 +98,12 @@ fn expected_kernel(ctx: &Context, m: usize, w: &kbit::KbitWeight) -> Kernel {
     match m {
         4 if weights >= 1 << 20 => Kernel::Mma,
         3 if (weights > 1 << 23 && bits <= 4) || weights >= 1 << 27 || kslots_plan(ctx, m, w) => Kernel::Mma,
-        2 if (weights >= 1 << 27 && bits <= 4) || (weights >= 1 << 24 && bits == 2) => Kernel::Mma,
+        2 if (weights >= 1 << 27 && bits <= 4)
+            || (weights >= 1 << 24 && bits == 2)
+            || (bits == 4 && shape.k <= 2048 && weights >= 1 << 20) =>
+        {
+            Kernel::Mma
+        }
         1..=4 => Kernel::Scalar,
         5..=32 => Kernel::Mma,
         33..=64 if shape.k >= 4096 || shape.n * shape.k >= 1 << 24 => Kernel::Mma,
