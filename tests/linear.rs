@@ -171,8 +171,9 @@ fn linear_matches_reference_on_awkward_shapes() {
 
 #[test]
 fn linear_dispatch_around_the_crossovers() {
-    // From 2^20 weights (`kv`) the MMA kernel takes M = 4, above 2^23 also
-    // M = 3 at k ≤ 4, from 2^24 M = 2 at k = 2, from 2^27 M = 2 at k ≤ 4
+    // From 2^20 weights (`kv`) the MMA kernel takes M = 4, and M = 2 at
+    // k = 4 where K ≤ 2048; above 2^23 also M = 3 at k ≤ 4, from 2^24
+    // M = 2 at k = 2, from 2^27 M = 2 at k ≤ 4
     // and M = 3 at every k, and M = 3 wherever it runs its K-slot plan
     // (here: 2^23, k = 2..5; between, k = 5, on 132 SMs); below 2^20 the
     // scalar GEMV takes all of M ≤ 4.
@@ -201,7 +202,11 @@ fn linear_dispatch_around_the_crossovers() {
                 let kernel = check_linear::<f16>(&ctx, &mut rng, &w, &want_w, m, &what);
                 assert_eq!(kernel, expected_kernel(&ctx, m, &w), "{what}: dispatch at M = {m}");
                 let mma_at_small_m = match m {
-                    2 => (n * k >= 1 << 27 && bits <= 4) || (n * k >= 1 << 24 && bits == 2),
+                    2 => {
+                        (n * k >= 1 << 27 && bits <= 4)
+                            || (n * k >= 1 << 24 && bits == 2)
+                            || (bits == 4 && k <= 2048 && n * k >= 1 << 20)
+                    }
                     3 => (n * k > 1 << 23 && bits <= 4) || n * k >= 1 << 27 || kslots_plan(&ctx, 3, &w),
                     4 => n * k >= 1 << 20,
                     _ => false,
