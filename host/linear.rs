@@ -5,7 +5,8 @@
 //! a path that does not apply falls through to the next one:
 //!
 //! ```text
-//! 1. scalar GEMV        M ≤ 4 (M = 3, 4 on larger matrices: MMA)  kernel 1 (gemv.rs)
+//! 1. scalar GEMV        M ≤ 4 (M = 2..4 on larger matrices, and M = 2 at
+//!                       k = 4 on short-K ones: MMA)  kernel 1 (gemv.rs)
 //! 2. MMA dequant GEMM   M ≤ 32 (≤ 64 on larger matrices; on sm_90 up to
 //!                       M = 128 / 256 / 512 on matrices of 2^24 / 2^25 /
 //!                       2^27 weights and more)  kernel 2 (mma.rs, split-K
