@@ -70,10 +70,11 @@ fn split_sm90a(ptx: &str) -> (String, String) {
 /// registers). The one-row, one-team k = 2 scalar GEMV instances carry
 /// their launch size (512 threads): ptxas then schedules them with 60
 /// registers instead of 54 (still two blocks per SM, no spills), which ran
-/// 1–3 % faster on the Llama shapes; at k = 3 the launch size would give
-/// 95–106 registers, and a 60-register budget ran Llama-3-8B 2 % faster.
-/// At k = 4 both ran the other Llama shapes 2–3 % faster and Llama-3-70B
-/// 8–12 % slower, so k = 4 (and 5) keep no directive.
+/// Llama-3-8B 3 % and other Llama-size shapes up to 2 % faster; at k = 3
+/// the launch size would give 95–106 registers, and a 60-register budget
+/// ran Llama-3-8B 2 % faster. At k = 4 both ran Llama-3-8B 1–3 % faster
+/// and Llama-3-70B 8–13 % slower, so k = 4 (and 5) keep no directive
+/// (`bench-results/NOTES.md`).
 fn launch_bounds(entry: &str) -> Option<&'static str> {
     let dense = entry.starts_with("kbit_mma_k") || entry.starts_with("kbit_mma_stream_");
     if entry.starts_with("kbit_gemv_m1_k2_") {
