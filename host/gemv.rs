@@ -124,10 +124,27 @@ impl GemvKernels {
             let (one, two) = (slot(slots, grouped, m, bits, dtype), pairs_slot(m, bits, dtype));
             let max_threads =
                 if grouped { self.max_threads[one].min(self.max_threads[two]) } else { self.max_threads[one] };
-            let p = SlotPlan::new(shape, bits, m, device.sm_count, units, max_threads);
-            let i = if p.geometry.reps() > 1 { two } else { one };
+            let plan = |max_threads: u32| -> Result<(usize, SlotPlan, u32)> {
+                let p = SlotPlan::new(shape, bits, m, device.sm_count, units, max_threads);
+                let i = if p.geometry.reps() > 1 { two } else { one };
+                let resident = self.resident_blocks(i, p.geometry.pack(), p.geometry.threads(), p.smem_bytes)?;
+                Ok((i, p, resident))
+            };
+            let (mut i, mut p, mut resident) = plan(max_threads)?;
+            // A dense grid that needs a second round because the instance's
+            // registers or shared memory fit too few of its blocks per SM
+            // (M = 4, k = 5 on 2048×5120: 320 blocks of 256 threads, two per
+            // SM) takes the widest narrower blocks that fit one round, if any.
+            let fits = |p: &SlotPlan, resident: u32| p.col_blocks as u64 <= resident as u64 * device.sm_count as u64;
+            let mut narrower = p.geometry.threads() / 2;
+            while units <= 1 && !fits(&p, resident) && narrower >= 32 {
+                let (j, q, r) = plan(narrower)?;
+                if fits(&q, r) {
+                    (i, p, resident) = (j, q, r);
+                }
+                narrower = q.geometry.threads() / 2;
+            }
             let (geom, threads) = (p.geometry.pack(), p.geometry.threads());
-            let resident = self.resident_blocks(i, geom, threads, p.smem_bytes)?;
             let launch = GemvLaunch {
                 geom,
                 threads,

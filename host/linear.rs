@@ -221,14 +221,17 @@ fn wgmma_preferred(m: usize, shape: Shape, slots: &Slots) -> bool {
 ///   shared 9.40 against 9.94, Llama-3-8B 17.9 against 18.5, Qwen3 gate/up
 ///   (2^23.3) 6.27 against 5.96; Llama-3-8B at k = 3, 4 within 2 %; k = 5
 ///   GEMV ahead, 70B 85.2 against 91.6);
-/// - M = 2 at k = 4 on matrices of 2^20 weights and more with K ≤ 2048.
-///   Measured from 2^20 to 2^24.3 weights, where the MMA kernel runs its
-///   K-slot plan (past 2^25 it runs the pipelined plan; no such short-K
-///   matrix was measured). Full tables of 848c8d6 and 8d2f8a1 and a third
-///   run of the same kernels on these shapes: `kv` 2.47–2.48 against
-///   3.01–3.03, Qwen3 gate/up 6.35–6.38 against 6.72–6.75, `q` 4.86–4.92
-///   against 4.94–4.98, GLM shared 12.1–12.2 against 12.0–12.1; on `down`
-///   and `o` (K ≥ 4096) the GEMV is 11–12 % ahead, and at k = 2 on `q` 7 %;
+/// - M = 2 at k = 2 and 4 on matrices of 2^20 to 2^23 weights (excluded)
+///   with K ≤ 2048, where the MMA kernel runs its K-slot plan with 8-column
+///   blocks: `kv` (2^20) k = 2 / 4 2.47–2.52 / 2.46–2.51 against
+///   2.81–2.84 / 3.01–3.06 (tables of 8a77ef9 to a716b1e; at k = 3, 5 the
+///   GEMV is ahead, 2.46–2.51 against 2.68–2.74 and 2.47–2.51 against
+///   2.65–2.70). From 2^23 the GEMV's column slots (16 per column on
+///   Qwen3 gate/up since the K split rounds to the nearest power of two)
+///   are ahead or even: at k = 2 / 4, `q` 4.05 / 4.95 against 4.36 / 4.92,
+///   Qwen3 gate/up 5.53 / 5.99 against 5.60 / 6.39, GLM shared (k = 4)
+///   9.88 against 12.1; on `down` and `o` (K ≥ 4096) the GEMV is 11–12 %
+///   ahead;
 /// - never at M = 1: the GEMV is ahead on every shape.
 fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32) -> bool {
     let weights = (shape.n as u64) * (shape.k as u64);
@@ -238,7 +241,7 @@ fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32) -> bool {
         2 => {
             (bits <= 4 && weights >= 1 << 27)
                 || (bits == 2 && weights >= 1 << 24)
-                || (bits == 4 && shape.k <= 2048 && weights >= 1 << 20)
+                || (bits % 2 == 0 && shape.k <= 2048 && (1 << 20..1 << 23).contains(&weights))
         }
         _ => false,
     }

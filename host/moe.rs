@@ -56,6 +56,12 @@ const GROUPED_MMA_AUTO_MIN_UNITS: usize = 32;
 /// 3, k = 2 / 3 / 4 / 5): 4.69 / 5.00 / 5.33 / 5.98 µs against 5.74 / 5.36
 /// / 6.99 / 5.96 for the GEMV.
 const KSLOTS_MIN_K: usize = 512;
+/// The one bit width at which `max_m = 2` also goes to the grouped K-slot
+/// plan (same K bound). 8 experts of 2048×512 (H100, tables of 8bdc9ff,
+/// 8d2f8a1 and a716b1e, µs, tensor-core kernel against the GEMV): k = 3
+/// 4.53–4.61 against 4.87–4.95; k = 2 even (4.48–4.57 against 4.45–4.54),
+/// the GEMV ahead at k = 4 (4.63–4.72 against 4.85–4.92) and k = 5.
+const KSLOTS_TWO_ROW_BITS: u32 = 3;
 /// Largest `max_m` the grouped tensor-core GEMM serves.
 const GROUPED_MMA_MAX_M: usize = kbit_format::mma::MAX_M as usize;
 
@@ -128,9 +134,11 @@ impl Context {
                 let aligned = dptr(x, self) % 16 == 0;
                 // Both grouped kernels read 16-byte aligned activations only.
                 let few = units < GROUPED_MMA_AUTO_MIN_UNITS;
-                // At max_m = 3 a grouped K-slot plan puts the tensor-core
-                // kernel ahead of the GEMV; it runs as planned here.
-                if aligned && max_m == 3 && experts.shape().k >= KSLOTS_MIN_K {
+                // At max_m = 3, and at max_m = 2 for k = 3, a grouped K-slot
+                // plan puts the tensor-core kernel ahead of the GEMV; it
+                // runs as planned here.
+                let kslots_first = max_m == 3 || (max_m == 2 && experts.bits() == KSLOTS_TWO_ROW_BITS);
+                if aligned && kslots_first && experts.shape().k >= KSLOTS_MIN_K {
                     // A plan that cannot be made leaves the choice below.
                     let rows = crate::experts::check_grouped(experts, expert_offsets.len(), max_m, x.len(), y.len())?;
                     if let Ok(gp) = self.grouped_mma_plan(T::DTYPE, max_m, experts, rows, MmaOptions::default())

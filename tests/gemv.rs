@@ -344,6 +344,9 @@ fn column_slots_depend_on_the_shape_only() {
         }
     }
     assert_eq!(gs::slots(512, 2048), 32);
+    assert_eq!(gs::slots(4096, 2048), 16);
+    assert_eq!(gs::slots(5120, 2048), 16);
+    assert_eq!(gs::slots(10240, 2048), 8);
     assert_eq!(gs::slots(14336, 4096), 4);
     assert_eq!(gs::slots(4096, 32), 1);
 }

@@ -94,24 +94,32 @@ fn check_rows<T: Element>(
 fn expert_linear_dispatches_by_max_m_and_matches_reference() {
     let Some(ctx) = common::gpu("expert_linear_dispatches_by_max_m_and_matches_reference") else { return };
     let mut rng = common::rng("expert_linear_dispatches_by_max_m_and_matches_reference");
-    for (bits, k, n) in [(4, 2048, 512), (2, 512, 2048), (3, 96, 72), (3, 96, 36), (5, 2048, 512)] {
+    for (bits, k, n) in [(4, 2048, 512), (2, 512, 2048), (3, 96, 72), (3, 96, 36), (5, 2048, 512), (3, 2048, 512)] {
         let case = make_experts(&ctx, &mut rng, 8, k, n, bits);
+        // The tensor-core kernel's K-slot plan for `rows` rows of at most
+        // `max_m` per expert (only on K ≥ 512).
+        let kslots = |max_m: usize, rows: usize| {
+            k >= 512
+                && ctx
+                    .grouped_mma_plan(kbit::Dtype::Bf16, max_m, &case.experts, rows, Default::default())
+                    .unwrap()
+                    .plan
+                    .k_slots
+        };
+        // max_m = 2: the GEMV, but at k = 3 where the tensor-core kernel
+        // runs its K-slot plan.
         let tiny = [1, 2, 0, 2, 1, 1, 0, 2];
-        assert_eq!(check::<f16>(&ctx, &mut rng, &case, &tiny, 2), Kernel::GroupedScalar);
-        assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &tiny, 2), Kernel::GroupedScalar);
+        let want = if bits == 3 && kslots(2, tiny.iter().sum()) { Kernel::GroupedMma } else { Kernel::GroupedScalar };
+        // (The last case is the one that takes that branch.)
+        assert!(bits != 3 || k < 512 || want == Kernel::GroupedMma, "k={bits} [{n}, {k}]: no K-slot plan");
+        assert_eq!(check::<f16>(&ctx, &mut rng, &case, &tiny, 2), want, "k={bits} [{n}, {k}]");
+        assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &tiny, 2), want, "k={bits} [{n}, {k}]");
         let small = [1, 3, 0, 2, 4, 1, 0, 4];
         assert_eq!(check::<f16>(&ctx, &mut rng, &case, &small, 4), Kernel::GroupedMma);
         // max_m = 3: the tensor-core kernel where it runs its K-slot plan
         // on K ≥ 512, the GEMV elsewhere.
         let threes = [1, 3, 0, 2, 3, 1, 0, 3];
-        let total = threes.iter().sum();
-        let kslots = k >= 512
-            && ctx
-                .grouped_mma_plan(kbit::Dtype::Bf16, 3, &case.experts, total, Default::default())
-                .unwrap()
-                .plan
-                .k_slots;
-        let want = if kslots { Kernel::GroupedMma } else { Kernel::GroupedScalar };
+        let want = if kslots(3, threes.iter().sum()) { Kernel::GroupedMma } else { Kernel::GroupedScalar };
         assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &threes, 3), want, "k={bits} [{n}, {k}]");
         let large = [5, 9, 0, 2, 16, 1, 0, 7];
         assert_eq!(check::<f16>(&ctx, &mut rng, &case, &large, 16), Kernel::GroupedMma);

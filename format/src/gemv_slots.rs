@@ -50,12 +50,29 @@ pub const fn x_tile_floats(m: u32) -> u32 {
     64 * m + 4
 }
 
+/// Threads a call aims for, `N·S` (about 500 per SM on 132 SMs), times
+/// √2: `S` is `65536 / N` rounded to the nearest power of two on a log
+/// scale. Rounding down instead gave K × N = 2048×5120 8 slots (5.0 µs a
+/// call at M = 1, k = 4 on an H100, against 4.7 with 16) and 2048×10240 4
+/// (8.7 µs against 7.6 with 8); 2048×4096 is faster with 16 than with 32
+/// (3.5 against 4.2 µs; `bench-results/NOTES.md`).
+const SLOT_THREADS_X_SQRT2: usize = 92_682;
+
 /// Number of K slots per column, `S`: a power of two in 1..=32 that depends
 /// only on the shape, so it fixes the summation order (module docs).
-/// Narrow matrices get more slots, to spread their few columns over the GPU.
+/// Narrow matrices get more slots, to spread their few columns over the GPU
+/// ([`SLOT_THREADS_X_SQRT2`]); never more than K has tiles.
+///
+/// ```
+/// use kbit_format::gemv_slots::slots;
+/// assert_eq!(slots(4096, 2048), 16); // 65536 / 4096 = 16
+/// assert_eq!(slots(5120, 2048), 16); // 12.8, nearer 16 than 8
+/// assert_eq!(slots(512, 2048), 32); // at most 32
+/// assert_eq!(slots(512, 96), 2); // K = 96 has 2 tiles
+/// ```
 pub const fn slots(n: usize, k: usize) -> u32 {
     let k_tiles = tile::k_tiles(k);
-    let per_col = match 65536usize.checked_div(n) {
+    let per_col = match SLOT_THREADS_X_SQRT2.checked_div(n) {
         Some(v) => v,
         None => MAX_SLOTS as usize,
     };
