@@ -37,12 +37,27 @@ use cudarc::driver::{DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 
 /// Largest `max_m` the grouped scalar GEMV serves.
 const GROUPED_SCALAR_MAX_M: usize = 4;
-/// Largest `max_m` the dispatch gives the grouped scalar GEMV (8 experts,
-/// both MoE matrices, `…-b0e9c90.md`, max_m = 3, k = 2 / 3 / 4 / 5: 10.6 /
-/// 11.1 / 11.7 / 13.2 µs against 10.8 / 11.9 / 12.8 / 15.8 for the
-/// tensor-core kernel; max_m = 4: 11.8 / 12.4 / 13.1 / 14.3 against 10.8 /
-/// 11.9 / 12.8 / 15.8).
-const GROUPED_SCALAR_AUTO_MAX_M: usize = 3;
+/// Whether the dispatch gives `max_m` rows per expert of `bits` bits to the
+/// grouped scalar GEMV, for fewer than [`GROUPED_MMA_AUTO_MIN_UNITS`]
+/// experts with rows and where the tensor-core kernel has no K-slot plan
+/// (which goes first at max_m = 3, 4, and 2 at k = 3). H100, 8 experts of
+/// 512×2048 (K × N, `moe_dn`; tables of 0dc070b to 0391271, µs, GEMV
+/// against the tensor-core kernel):
+/// - max_m ≤ 2: every k (max_m = 2, k = 2 / 5: 3.82–3.85 / 4.45–4.51
+///   against 4.53–4.56 / 7.08–7.15);
+/// - max_m = 3 at k ≥ 3 (k = 3 / 5: 4.76–4.86 / 5.26–5.35 against
+///   5.15–5.21 / 7.05–7.15); k = 2 4.91–5.02 against 4.54–4.59;
+/// - max_m = 4 at k = 5 only: 5.76–5.95 against 7.05–7.15; k = 2 / 3 / 4
+///   5.48–5.58 / 5.33–5.42 / 6.10–6.20 against 4.54–4.59 / 5.16–5.21 /
+///   5.58–5.65.
+fn grouped_gemv_preferred(max_m: usize, bits: u32) -> bool {
+    match max_m {
+        1 | 2 => true,
+        3 => bits >= 3,
+        4 => bits == 5,
+        _ => false,
+    }
+}
 /// Experts with rows (`min(experts, total rows)`) from which the dispatch
 /// gives max_m = 2, 3 to the grouped tensor-core GEMM (H100, both MoE
 /// matrices, `bench-results/…-b0e9c90*`: 64 experts × 2 rows, k = 2 / 4,
@@ -50,11 +65,14 @@ const GROUPED_SCALAR_AUTO_MAX_M: usize = 3;
 /// 10.8 / 12.8). max_m = 1 stays with the GEMV at any count (64 experts ×
 /// 1 row, k = 2 / 4: 40.7 / 47.4 against 53.1 / 52.2).
 const GROUPED_MMA_AUTO_MIN_UNITS: usize = 32;
-/// Smallest K for which `max_m = 3` goes to the grouped tensor-core GEMM
-/// where it runs its K-slot plan: 8 K tiles, one for each of a block's K
-/// slots. Measured on 8 experts of 2048×512 (H100, `…-bdf07a1.md`, max_m =
-/// 3, k = 2 / 3 / 4 / 5): 4.69 / 5.00 / 5.33 / 5.98 µs against 5.74 / 5.36
-/// / 6.99 / 5.96 for the GEMV.
+/// Smallest K for which `max_m = 3, 4` (and 2 at k = 3) go to the grouped
+/// tensor-core GEMM where it runs its K-slot plan: 8 K tiles, one for each
+/// of a block's K slots. Measured on 8 experts of 2048×512 (H100,
+/// `…-bdf07a1.md`, max_m = 3, k = 2 / 3 / 4 / 5): 4.69 / 5.00 / 5.33 /
+/// 5.98 µs against 5.74 / 5.36 / 6.99 / 5.96 for the GEMV; since 8bdc9ff
+/// (32-column blocks, tables of 8bdc9ff to 0391271) max_m = 3 and 4 at
+/// 4.51–4.58 / 4.57–4.61 / 4.88–4.92 / 5.41–5.47 against 5.70–6.41 for
+/// the GEMV.
 const KSLOTS_MIN_K: usize = 512;
 /// The one bit width at which `max_m = 2` also goes to the grouped K-slot
 /// plan (same K bound). 8 experts of 2048×512 (H100, tables of 8bdc9ff,
@@ -134,10 +152,10 @@ impl Context {
                 let aligned = dptr(x, self) % 16 == 0;
                 // Both grouped kernels read 16-byte aligned activations only.
                 let few = units < GROUPED_MMA_AUTO_MIN_UNITS;
-                // At max_m = 3, and at max_m = 2 for k = 3, a grouped K-slot
-                // plan puts the tensor-core kernel ahead of the GEMV; it
-                // runs as planned here.
-                let kslots_first = max_m == 3 || (max_m == 2 && experts.bits() == KSLOTS_TWO_ROW_BITS);
+                // At max_m = 3, 4, and at max_m = 2 for k = 3, a grouped
+                // K-slot plan puts the tensor-core kernel ahead of the GEMV;
+                // it runs as planned here.
+                let kslots_first = matches!(max_m, 3 | 4) || (max_m == 2 && experts.bits() == KSLOTS_TWO_ROW_BITS);
                 if aligned && kslots_first && experts.shape().k >= KSLOTS_MIN_K {
                     // A plan that cannot be made leaves the choice below.
                     let rows = crate::experts::check_grouped(experts, expert_offsets.len(), max_m, x.len(), y.len())?;
@@ -150,7 +168,7 @@ impl Context {
                         return Ok(Kernel::GroupedMma);
                     }
                 }
-                if aligned && (max_m == 1 || (max_m <= GROUPED_SCALAR_AUTO_MAX_M && few)) {
+                if aligned && (max_m == 1 || (few && grouped_gemv_preferred(max_m, experts.bits()))) {
                     Kernel::GroupedScalar
                 } else if max_m <= GROUPED_MMA_MAX_M && aligned {
                     Kernel::GroupedMma

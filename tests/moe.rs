@@ -94,7 +94,9 @@ fn check_rows<T: Element>(
 fn expert_linear_dispatches_by_max_m_and_matches_reference() {
     let Some(ctx) = common::gpu("expert_linear_dispatches_by_max_m_and_matches_reference") else { return };
     let mut rng = common::rng("expert_linear_dispatches_by_max_m_and_matches_reference");
-    for (bits, k, n) in [(4, 2048, 512), (2, 512, 2048), (3, 96, 72), (3, 96, 36), (5, 2048, 512), (3, 2048, 512)] {
+    let cases =
+        [(4, 2048, 512), (2, 512, 2048), (3, 96, 72), (3, 96, 36), (5, 2048, 512), (3, 2048, 512), (5, 512, 2048)];
+    for (bits, k, n) in cases {
         let case = make_experts(&ctx, &mut rng, 8, k, n, bits);
         // The tensor-core kernel's K-slot plan for `rows` rows of at most
         // `max_m` per expert (only on K ≥ 512).
@@ -110,16 +112,21 @@ fn expert_linear_dispatches_by_max_m_and_matches_reference() {
         // runs its K-slot plan.
         let tiny = [1, 2, 0, 2, 1, 1, 0, 2];
         let want = if bits == 3 && kslots(2, tiny.iter().sum()) { Kernel::GroupedMma } else { Kernel::GroupedScalar };
-        // (The last case is the one that takes that branch.)
+        // (The case [512, 2048] at k = 3 takes that branch.)
         assert!(bits != 3 || k < 512 || want == Kernel::GroupedMma, "k={bits} [{n}, {k}]: no K-slot plan");
         assert_eq!(check::<f16>(&ctx, &mut rng, &case, &tiny, 2), want, "k={bits} [{n}, {k}]");
         assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &tiny, 2), want, "k={bits} [{n}, {k}]");
+        // max_m = 4: the tensor-core kernel, but the GEMV at k = 5 where
+        // the tensor-core kernel has no K-slot plan.
         let small = [1, 3, 0, 2, 4, 1, 0, 4];
-        assert_eq!(check::<f16>(&ctx, &mut rng, &case, &small, 4), Kernel::GroupedMma);
+        let want = if bits == 5 && !kslots(4, small.iter().sum()) { Kernel::GroupedScalar } else { Kernel::GroupedMma };
+        // (The case [2048, 512] at k = 5 takes that branch.)
+        assert!((bits, k) != (5, 512) || want == Kernel::GroupedScalar, "k={bits} [{n}, {k}]: a K-slot plan");
+        assert_eq!(check::<f16>(&ctx, &mut rng, &case, &small, 4), want, "k={bits} [{n}, {k}]");
         // max_m = 3: the tensor-core kernel where it runs its K-slot plan
-        // on K ≥ 512, the GEMV elsewhere.
+        // on K ≥ 512 and at k = 2, the GEMV elsewhere.
         let threes = [1, 3, 0, 2, 3, 1, 0, 3];
-        let want = if kslots(3, threes.iter().sum()) { Kernel::GroupedMma } else { Kernel::GroupedScalar };
+        let want = if bits == 2 || kslots(3, threes.iter().sum()) { Kernel::GroupedMma } else { Kernel::GroupedScalar };
         assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &threes, 3), want, "k={bits} [{n}, {k}]");
         let large = [5, 9, 0, 2, 16, 1, 0, 7];
         assert_eq!(check::<f16>(&ctx, &mut rng, &case, &large, 16), Kernel::GroupedMma);
