@@ -221,28 +221,22 @@ fn wgmma_preferred(m: usize, shape: Shape, slots: &Slots) -> bool {
 ///   shared 9.40 against 9.94, Llama-3-8B 17.9 against 18.5, Qwen3 gate/up
 ///   (2^23.3) 6.27 against 5.96; Llama-3-8B at k = 3, 4 within 2 %; k = 5
 ///   GEMV ahead, 70B 85.2 against 91.6);
-/// - M = 2 at k = 2 and 4 on matrices of 2^20 to 2^23 weights (excluded)
-///   with K ≤ 2048, where the MMA kernel runs its K-slot plan with 8-column
-///   blocks: `kv` (2^20) k = 2 / 4 2.47–2.52 / 2.46–2.51 against
-///   2.81–2.84 / 3.01–3.06 (tables of 8a77ef9 to a716b1e; at k = 3, 5 the
-///   GEMV is ahead, 2.46–2.51 against 2.68–2.74 and 2.47–2.51 against
-///   2.65–2.70). From 2^23 the GEMV's column slots (16 per column on
-///   Qwen3 gate/up since the K split rounds to the nearest power of two)
-///   are ahead or even: at k = 2 / 4, `q` 4.05 / 4.95 against 4.36 / 4.92,
-///   Qwen3 gate/up 5.53 / 5.99 against 5.60 / 6.39, GLM shared (k = 4)
-///   9.88 against 12.1; on `down` and `o` (K ≥ 4096) the GEMV is 11–12 %
-///   ahead;
+/// - never at M = 2 below 2^24 weights: `kv` (2^20) runs the GEMV in 64
+///   blocks of 8 columns since its slot plan stages each block's M rows
+///   for twice the columns at M ≥ 2, k = 2..5 2.21–2.46 µs against
+///   2.49–2.72 (H100, A/B of 7e07956 and that plan); on the Qwen3 shapes
+///   the GEMV's column slots (16 per column on gate/up since the K split
+///   rounds to the nearest power of two) are ahead or even: at k = 2 / 4,
+///   `q` 4.05 / 4.95 against 4.36 / 4.92, gate/up 5.53 / 5.99 against
+///   5.60 / 6.39, GLM shared (k = 4) 9.88 against 12.1; on `down` and `o`
+///   (K ≥ 4096) the GEMV is 11–12 % ahead;
 /// - never at M = 1: the GEMV is ahead on every shape.
 fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32) -> bool {
     let weights = (shape.n as u64) * (shape.k as u64);
     match m {
         4 => weights >= 1 << 20,
         3 => (bits <= 4 && weights > 1 << 23) || weights >= 1 << 27,
-        2 => {
-            (bits <= 4 && weights >= 1 << 27)
-                || (bits == 2 && weights >= 1 << 24)
-                || (bits % 2 == 0 && shape.k <= 2048 && (1 << 20..1 << 23).contains(&weights))
-        }
+        2 => (bits <= 4 && weights >= 1 << 27) || (bits == 2 && weights >= 1 << 24),
         _ => false,
     }
 }

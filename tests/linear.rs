@@ -98,12 +98,7 @@ fn expected_kernel(ctx: &Context, m: usize, w: &kbit::KbitWeight) -> Kernel {
     match m {
         4 if weights >= 1 << 20 => Kernel::Mma,
         3 if (weights > 1 << 23 && bits <= 4) || weights >= 1 << 27 || kslots_plan(ctx, m, w) => Kernel::Mma,
-        2 if (weights >= 1 << 27 && bits <= 4)
-            || (weights >= 1 << 24 && bits == 2)
-            || (bits % 2 == 0 && shape.k <= 2048 && (1 << 20..1 << 23).contains(&weights)) =>
-        {
-            Kernel::Mma
-        }
+        2 if (weights >= 1 << 27 && bits <= 4) || (weights >= 1 << 24 && bits == 2) => Kernel::Mma,
         1..=4 => Kernel::Scalar,
         5..=32 => Kernel::Mma,
         33..=64 if shape.k >= 4096 || shape.n * shape.k >= 1 << 24 => Kernel::Mma,
@@ -171,8 +166,8 @@ fn linear_matches_reference_on_awkward_shapes() {
 
 #[test]
 fn linear_dispatch_around_the_crossovers() {
-    // From 2^20 weights (`kv`) the MMA kernel takes M = 4, and below 2^23
-    // M = 2 at k = 2, 4 where K ≤ 2048; above 2^23 also M = 3 at k ≤ 4, from 2^24
+    // From 2^20 weights (`kv`) the MMA kernel takes M = 4; above 2^23
+    // also M = 3 at k ≤ 4, from 2^24
     // M = 2 at k = 2, from 2^27 M = 2 at k ≤ 4
     // and M = 3 at every k, and M = 3 wherever it runs its K-slot plan
     // (here: 2^23, k = 2..5; between, k = 5, on 132 SMs); below 2^20 the
@@ -202,11 +197,7 @@ fn linear_dispatch_around_the_crossovers() {
                 let kernel = check_linear::<f16>(&ctx, &mut rng, &w, &want_w, m, &what);
                 assert_eq!(kernel, expected_kernel(&ctx, m, &w), "{what}: dispatch at M = {m}");
                 let mma_at_small_m = match m {
-                    2 => {
-                        (n * k >= 1 << 27 && bits <= 4)
-                            || (n * k >= 1 << 24 && bits == 2)
-                            || (bits % 2 == 0 && k <= 2048 && (1 << 20..1 << 23).contains(&(n * k)))
-                    }
+                    2 => (n * k >= 1 << 27 && bits <= 4) || (n * k >= 1 << 24 && bits == 2),
                     3 => (n * k > 1 << 23 && bits <= 4) || n * k >= 1 << 27 || kslots_plan(&ctx, 3, &w),
                     4 => n * k >= 1 << 20,
                     _ => false,
