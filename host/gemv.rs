@@ -135,13 +135,17 @@ impl GemvKernels {
             // registers or shared memory fit too few of its blocks per SM
             // (M = 4, k = 5 on 2048×5120: 320 blocks of 256 threads, two per
             // SM) takes the widest narrower blocks that fit one round, if any.
-            // So does a k = 5 grid whose block takes a whole SM: it leaves no
-            // room for the next call's blocks (programmatic launches), and
-            // k = 5's 128-byte decode table makes narrower blocks cheap
-            // (k ≤ 4 build 8–32 KiB in every block). H100, 2048×4096 and
-            // 4096×2048 at M = 1: 4.86 → 4.58 and 5.34 → 4.91 µs.
+            // So does a k = 5 grid of M ≤ 3 whose block takes a whole SM: it
+            // leaves no room for the next call's blocks (programmatic
+            // launches), and k = 5's 128-byte decode table makes narrower
+            // blocks cheap (k ≤ 4 build 8–32 KiB in every block). H100, µs,
+            // 2048×4096 / 4096×2048 at M = 1: 4.93 / 5.12 → 4.59 / 4.80; at
+            // M = 3 6.73 / 7.18 → 6.35 / 7.10. At M = 4, where every block
+            // stages four rows of activations, 5120×2048 and 4096×2048 lost
+            // (9.55 / 7.95 → 10.37 / 8.47).
             let fits = |p: &SlotPlan, resident: u32| p.col_blocks as u64 <= resident as u64 * device.sm_count as u64;
-            let settled = |p: &SlotPlan, resident: u32| fits(p, resident) && (bits <= 4 || resident >= 2);
+            let roomy = |resident: u32| bits <= 4 || m > 3 || resident >= 2;
+            let settled = |p: &SlotPlan, resident: u32| fits(p, resident) && roomy(resident);
             let mut narrower = p.geometry.threads() / 2;
             while units <= 1 && !settled(&p, resident) && narrower >= 32 {
                 let (j, q, r) = plan(narrower)?;
