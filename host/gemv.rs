@@ -221,6 +221,13 @@ struct GemvLaunch {
     resident: u32,
 }
 
+/// Smallest K on which a dense column-slot call of M ≥ 2 rows aims at 1/M
+/// of M = 1's blocks ([`SlotPlan::new`]). Measured on narrow matrices
+/// (H100, k = 2..5, M = 2..4): N = 512 with K = 2048, 4096 and 7168 gain
+/// up to 20 %; K = 1024 × N = 1024 is mixed (±10 % by k and M), and
+/// K = 512 × N = 2048 loses up to 50 % at M = 4.
+const SLOT_WIDE_MIN_K: usize = 2048;
+
 /// Launch plan of the column-slot variant (`kbit_format::gemv_slots`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SlotPlan {
@@ -240,9 +247,10 @@ impl SlotPlan {
     /// `S` is [`gs::slots`] of the shape (never anything else: it fixes the
     /// summation order). `C` is the widest power of two (≥ one warp per
     /// block, ≤ `max_threads / S`) that still gives about one block per SM
-    /// (7/8 of them; a dense call of M rows 1/M of that, as each block
-    /// stages all M rows of the activations: `kv`, 2048×512, at M = 2 runs
-    /// 64 blocks of 8 columns 10–19 % faster than 128 of 4 on an H100), so
+    /// (7/8 of them; a dense call of M rows on K ≥ [`SLOT_WIDE_MIN_K`] 1/M
+    /// of that, as each block stages all M rows of the activations: `kv`,
+    /// 2048×512, at M = 2 runs 64 blocks of 8 columns 10–19 % faster than
+    /// 128 of 4 on an H100), so
     /// narrow matrices spread over the whole GPU while wide
     /// ones keep many columns per block; a dense matrix that this gives
     /// between one and one and a half blocks per SM gets half that `C`.
@@ -257,9 +265,12 @@ impl SlotPlan {
         let s = gs::slots(shape.n, shape.k);
         let lo = (32 / s).max(1);
         let hi = (max_threads.min(gs::MAX_THREADS) / s).max(lo);
-        // A dense block stages all M rows of the activations: at M ≥ 2
-        // fewer, wider blocks (each block's share of the GPU times M).
-        let per_row = if units <= 1 { m.max(1) } else { 1 };
+        // A dense block stages all M rows of the activations: at M ≥ 2 on
+        // long K, fewer, wider blocks (each block's share of the GPU times
+        // M). Short K stages little and wants the blocks (H100, µs, M = 2 /
+        // 4, N × K = 512×4096 at k = 4 3.92 / 6.26 against 4.95 / 6.92 with
+        // M = 1's blocks; 2048×512 at k = 5 2.17 / 3.45 against 1.87 / 2.30).
+        let per_row = if units <= 1 && shape.k >= SLOT_WIDE_MIN_K { m.max(1) } else { 1 };
         let want = (sm_count as usize * 7).div_ceil(8 * per_row).max(1);
         let mut c = 1u32 << hi.ilog2();
         while c > lo && units.max(1) * shape.n.div_ceil(c as usize) < want {
