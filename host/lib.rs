@@ -57,6 +57,7 @@ pub mod module;
 mod moe;
 mod ops;
 pub mod reference;
+pub mod small_m;
 pub mod splitk;
 mod weight;
 mod wgmma;

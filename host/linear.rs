@@ -30,7 +30,7 @@
 use crate::cublas_gemm::RowMajorGemm;
 use crate::splitk::Splits;
 use crate::wgmma_plan::{self, Slots};
-use crate::{Context, Dtype, Element, Error, KbitWeight, MmaOptions, Result, Shape};
+use crate::{Context, Dtype, Element, Error, KbitWeight, Result, Shape};
 use cudarc::cublas::{CudaBlas, sys as cublas_sys};
 use cudarc::driver::sys::CUstreamCaptureStatus;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
@@ -193,54 +193,6 @@ fn wgmma_preferred(m: usize, shape: Shape, slots: &Slots) -> bool {
     }
 }
 
-/// Whether automatic dispatch prefers the MMA kernel to the scalar GEMV at
-/// M ≤ 4 (H100 table at bb9905e, `bench-results/`; µs, MMA against GEMV):
-/// - M = 4 on matrices of 2^20 weights and more: every design and Llama
-///   shape, from `kv` (2^20: k = 2 / 3 / 4 3.67 / 3.74 / 3.76 against
-///   4.16 / 3.98 / 4.11) to Llama-3-70B (k = 4 79.2 against 119.6). At
-///   k = 5 since the split-K cost model took `kv` to 8 splits and `q`, `o`
-///   to 4 and 8 (`kv` 4.08 against 4.15, `q` 7.27 against 7.94, `o` 7.54
-///   against 8.40; Qwen3 gate/up 8.49 against 10.4). Smaller matrices were
-///   not measured and keep the GEMV;
-/// - M = 3 at k ≤ 4 on matrices of more than 2^23 weights (table at
-///   14576aa: Qwen3 gate/up k = 4 6.92 against 7.79, Llama-3-70B 79.3
-///   against 102.5; `down` within 1 %); on `q` and `o` (2^23) the GEMV has
-///   been ahead since its first weight loads go out before the
-///   grid-dependency wait (k = 2..4: `q` 5.28 / 5.44 / 5.70 against 5.46 /
-///   5.82 / 6.05); at k = 5 on matrices of 2^27 weights and more since the
-///   wide stages (table at 43f486e: Llama-3-70B 91.6 against 101.8 µs;
-///   Llama-3-8B even, 28.5 against 28.5; the GEMV ahead on the others);
-///   and wherever the MMA kernel runs its K-slot plan (decided in
-///   `dispatch_linear`, which has the plan: quick A/B at 924c871, k = 2 /
-///   3 / 4 / 5: `q` 4.43 / 4.80 / 5.12 / 6.09 against 5.29 / 5.51 / 5.81 /
-///   6.81, Qwen3 gate/up k = 5 7.77 against 8.25; not at M = 2, where the
-///   GEMV stays ahead on `q` and half the other rows);
-/// - M = 2 at k ≤ 4 on matrices of 2^27 weights and more, and at k = 2
-///   from 2^24, since the wide stages (table at 43f486e: Llama-3-70B k = 2
-///   / 3 / 4 52.6 / 59.8 / 61.0 against 72.9 / 62.8 / 64.7; k = 2 GLM
-///   shared 9.40 against 9.94, Llama-3-8B 17.9 against 18.5, Qwen3 gate/up
-///   (2^23.3) 6.27 against 5.96; Llama-3-8B at k = 3, 4 within 2 %; k = 5
-///   GEMV ahead, 70B 85.2 against 91.6);
-/// - never at M = 2 below 2^24 weights: `kv` (2^20) runs the GEMV in 64
-///   blocks of 8 columns since its slot plan stages each block's M rows
-///   for twice the columns at M ≥ 2, k = 2..5 2.21–2.46 µs against
-///   2.49–2.72 (H100, A/B of 7e07956 and that plan); on the Qwen3 shapes
-///   the GEMV's column slots (16 per column on gate/up since the K split
-///   rounds to the nearest power of two) are ahead or even: at k = 2 / 4,
-///   `q` 4.05 / 4.95 against 4.36 / 4.92, gate/up 5.53 / 5.99 against
-///   5.60 / 6.39, GLM shared (k = 4) 9.88 against 12.1; on `down` and `o`
-///   (K ≥ 4096) the GEMV is 11–12 % ahead;
-/// - never at M = 1: the GEMV is ahead on every shape.
-fn mma_preferred_at_small_m(m: usize, shape: Shape, bits: u32) -> bool {
-    let weights = (shape.n as u64) * (shape.k as u64);
-    match m {
-        4 => weights >= 1 << 20,
-        3 => (bits <= 4 && weights > 1 << 23) || weights >= 1 << 27,
-        2 => (bits <= 4 && weights >= 1 << 27) || (bits == 2 && weights >= 1 << 24),
-        _ => false,
-    }
-}
-
 /// Why `kernel` cannot compute `linear` with `m` rows of a `shape` weight
 /// of `bits` bits, or `None` if it can. `auto` applies the dispatch
 /// preferences on top of the hard limits.
@@ -258,7 +210,7 @@ fn linear_unfit(
     match kernel {
         Kernel::GroupedScalar | Kernel::GroupedMma => Some("grouped kernels serve MoE experts, not linear"),
         Kernel::Scalar if m > crate::GEMV_MAX_M => Some("the scalar GEMV serves M ≤ 4"),
-        Kernel::Scalar if auto && mma_preferred_at_small_m(m, shape, bits) => {
+        Kernel::Scalar if auto && crate::small_m::prefers_mma(m, shape, bits) => {
             Some("the MMA kernel is faster at this M on this matrix")
         }
         Kernel::Mma if m > MMA_MAX_M && wgmma.is_none() => Some("the MMA kernel serves M ≤ 64 (any M on sm_90)"),
@@ -363,16 +315,6 @@ impl Context {
         w: &KbitWeight,
         y: &mut impl DevicePtrMut<T>,
     ) -> Result<Kernel> {
-        // At M = 3 a K-slot plan puts the MMA kernel ahead of the GEMV
-        // (see `mma_preferred_at_small_m`); it runs as planned here rather
-        // than being planned again.
-        if m == 3
-            && let Ok(plan) = self.mma_plan(T::DTYPE, m, w, MmaOptions::default())
-            && plan.k_slots
-        {
-            self.mma_launch(x, m, w, y, plan)?;
-            return Ok(Kernel::Mma);
-        }
         let slots = self.wgmma_slots(w.bits(), T::DTYPE);
         for kernel in LINEAR_CHAIN {
             if linear_unfit(kernel, m, w.shape(), w.bits(), true, slots.as_ref()).is_none() {

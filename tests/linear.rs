@@ -96,9 +96,7 @@ fn expected_kernel(ctx: &Context, m: usize, w: &kbit::KbitWeight) -> Kernel {
     let splits = |s: &Slots| kbit::wgmma_plan::plan(m, shape.n, shape.k, s, Splits::Auto, None).unwrap().splits > 1;
     let split_or = |least: usize| wgmma.is_some_and(|s| weights >= least || (weights >= 1 << 23 && splits(&s)));
     match m {
-        4 if weights >= 1 << 20 => Kernel::Mma,
-        3 if (weights > 1 << 23 && bits <= 4) || weights >= 1 << 27 || kslots_plan(ctx, m, w) => Kernel::Mma,
-        2 if (weights >= 1 << 27 && bits <= 4) || (weights >= 1 << 24 && bits == 2) => Kernel::Mma,
+        1..=4 if kbit::small_m::prefers_mma(m, shape, bits) => Kernel::Mma,
         1..=4 => Kernel::Scalar,
         5..=32 => Kernel::Mma,
         33..=64 if shape.k >= 4096 || shape.n * shape.k >= 1 << 24 => Kernel::Mma,
@@ -107,11 +105,6 @@ fn expected_kernel(ctx: &Context, m: usize, w: &kbit::KbitWeight) -> Kernel {
         257..=512 if split_or(1 << 25) => Kernel::Mma,
         _ => Kernel::DequantCublas,
     }
-}
-
-/// Whether the tensor-core kernel would run its K-slot plan for `m` rows.
-fn kslots_plan(ctx: &Context, m: usize, w: &kbit::KbitWeight) -> bool {
-    ctx.mma_plan(Dtype::F16, m, w, kbit::MmaOptions::default()).unwrap().k_slots
 }
 
 #[test]
@@ -166,12 +159,8 @@ fn linear_matches_reference_on_awkward_shapes() {
 
 #[test]
 fn linear_dispatch_around_the_crossovers() {
-    // From 2^20 weights (`kv`) the MMA kernel takes M = 4; above 2^23
-    // also M = 3 at k ≤ 4, from 2^24
-    // M = 2 at k = 2, from 2^27 M = 2 at k ≤ 4
-    // and M = 3 at every k, and M = 3 wherever it runs its K-slot plan
-    // (here: 2^23, k = 2..5; between, k = 5, on 132 SMs); below 2^20 the
-    // scalar GEMV takes all of M ≤ 4.
+    // M = 2..4: the scalar GEMV or the MMA kernel as the measured table
+    // says (`kbit::small_m`; both kinds occur below).
     // M = 48: the MMA kernel on the large matrix (K ≥ 4096) and from 2^24
     // weights, dequant + cuBLAS on the short-K ones; M = 56 likewise, on
     // sm_90 the warpgroup GEMM from 2^24 weights. M = 100: on sm_90 the
@@ -186,6 +175,7 @@ fn linear_dispatch_around_the_crossovers() {
     // 2^24, exactly 2^23, between (Qwen3 gate/up), exactly 2^20 (`kv`) and
     // below.
     let shapes = [(16384, 8192), (4100, 8192), (8192, 2048), (4096, 2048), (5120, 2048), (512, 2048), (256, 2048)];
+    let mut seen_small_m = [false; 2];
     for (n, k) in shapes {
         let shape = Shape::new(n, k).unwrap();
         let ms: &[usize] = if n * k >= 1 << 27 { &[2, 3] } else { &[2, 3, 4, 48, 56, 100, 200] };
@@ -196,18 +186,13 @@ fn linear_dispatch_around_the_crossovers() {
             for &m in ms {
                 let kernel = check_linear::<f16>(&ctx, &mut rng, &w, &want_w, m, &what);
                 assert_eq!(kernel, expected_kernel(&ctx, m, &w), "{what}: dispatch at M = {m}");
-                let mma_at_small_m = match m {
-                    2 => (n * k >= 1 << 27 && bits <= 4) || (n * k >= 1 << 24 && bits == 2),
-                    3 => (n * k > 1 << 23 && bits <= 4) || n * k >= 1 << 27 || kslots_plan(&ctx, 3, &w),
-                    4 => n * k >= 1 << 20,
-                    _ => false,
-                };
                 if m <= 4 {
-                    assert_eq!(kernel == Kernel::Mma, mma_at_small_m, "{what}: M = {m} via {kernel}");
+                    seen_small_m[(kernel == Kernel::Mma) as usize] = true;
                 }
             }
         }
     }
+    assert_eq!(seen_small_m, [true, true], "M ≤ 4 ran both the GEMV and the MMA kernel");
 }
 
 #[test]
