@@ -255,7 +255,7 @@ impl SlotPlan {
     /// ones keep many columns per block; a dense matrix that this gives
     /// between one and one and a half blocks per SM gets half that `C`.
     /// The staging chunk `R` (loop
-    /// iterations, `R·S` tiles) holds about 64 (tile, row) pairs (128 at M = 1) of
+    /// iterations, `R·S` tiles) holds about 64 (tile, row) pairs (128 at M ≤ 2) of
     /// activations, at least one iteration's `S` tiles and at most all of K.
     /// A grouped call (`units > 1`) whose slots own one K tile each and
     /// whose blocks would outnumber the SMs gives each block two column
@@ -284,12 +284,14 @@ impl SlotPlan {
             c /= 2;
         }
         let n_iter = kbit_format::tile::k_tiles(shape.k).div_ceil(s as usize) as u32;
-        // One row stages up to 128 (tile, row) pairs (at most 34 KiB): K =
-        // 5120 × N = 2048 in one chunk of 3 iterations ran 4.5 % faster at
-        // M = 1 than in two (H100, k = 2..5); at M ≥ 2 the larger chunks
-        // were faster on some shapes and slower on others (`o` −6 %, `down`
-        // +3 to +5 % at M = 2).
-        let pairs = if m == 1 { 128 } else { 64 };
+        // One or two rows stage up to 128 (tile, row) pairs (at most 34
+        // KiB). H100, µs, k = 2..5: K × N = 5120×2048 in one chunk of 3
+        // iterations ran 4.5 % faster at M = 1 than in two; at M = 2, in
+        // chunks of 2 instead of 1, 2 % faster at k ≤ 4 and 4.6 % slower at
+        // k = 5, 4096×2048 (2 iterations) 6 % faster and 7168×2048 4–9 %.
+        // At M = 3, 4 they lost as often as they won (`gateup`, GLM shared
+        // +7 % at M = 4, k = 4; `q`, `o` −3 to −6 %).
+        let pairs = if m <= 2 { 128 } else { 64 };
         let per_chunk = (pairs / (s * m as u32)).max(1);
         let chunk = (1u32 << per_chunk.ilog2()).min(n_iter.next_power_of_two());
         // Grouped calls whose slots own one K tile each and whose units
@@ -734,7 +736,7 @@ mod tests {
                                     assert_eq!(geo.reps(), 2);
                                 }
                                 // At most a 32 KiB table and 34 KiB of staged
-                                // activations (128 tile-rows at M = 1).
+                                // activations (128 tile-rows at M ≤ 2).
                                 assert!(p.smem_bytes <= 67584, "{n}x{k} k={bits} m={m}: {} bytes", p.smem_bytes);
                                 assert_eq!(SlotGeometry::unpack(geo.pack()), geo);
                             }
