@@ -8,8 +8,8 @@
 //! 1. scalar GEMV        M ≤ 4 (M = 2..4 on larger matrices, and M = 2 at
 //!                       k = 4 on short-K ones: MMA)  kernel 1 (gemv.rs)
 //! 2. MMA dequant GEMM   M ≤ 32 (≤ 64 on larger matrices; on sm_90 up to
-//!                       M = 128 / 256 / 512 on matrices of 2^24 / 2^25 /
-//!                       2^27 weights and more)  kernel 2 (mma.rs, split-K
+//!                       M = 512 / 768 / 2048 on matrices of 2^22 / 2^23 /
+//!                       2^24 weights and more)  kernel 2 (mma.rs, split-K
 //!                       over the SMs; on sm_90 wgmma.rs beyond M = 64, and
 //!                       beyond M = 48 on matrices of 2^24 weights and more)
 //! 3. dequant + cuBLAS   any M          dequantize W into a scratch buffer, one GemmEx
@@ -28,8 +28,7 @@
 //! after one eager call (or [`Context::prepare_linear`]) has set these up.
 
 use crate::cublas_gemm::RowMajorGemm;
-use crate::splitk::Splits;
-use crate::wgmma_plan::{self, Slots};
+use crate::wgmma_plan::Slots;
 use crate::{Context, Dtype, Element, Error, KbitWeight, Result, Shape};
 use cudarc::cublas::{CudaBlas, sys as cublas_sys};
 use cudarc::driver::sys::CUstreamCaptureStatus;
@@ -160,35 +159,33 @@ fn mma_preferred_at_large_m(shape: Shape) -> bool {
     shape.k >= 4096 || (shape.n as u64) * (shape.k as u64) >= 1 << 24
 }
 
-/// Whether the tensor-core path prefers the warpgroup GEMM (sm_90, whose
-/// resident blocks by cluster size are `slots`): at M = 49..64 on matrices
-/// of 2^24 weights and more, at M = 65..128 from 2^23, at M = 129..256
-/// from 2^24 and at M = 257..512 from 2^25; at M = 129..512 also on
-/// matrices of 2^23 weights and more whose plan splits K (tiles too few
-/// for the SMs). Beyond M = 64 the alternative is dequant + cuBLAS, at
-/// M = 49..64 the `mma.sync` kernel. H100 (`bench-results/NOTES.md`; µs,
-/// k = 4, warpgroup GEMM against the alternative):
-/// - M = 64: GLM shared (2^24.3) 20.3 against 25.5, Llama-3-8B 36.1
-///   against 53.1; the Qwen3 shapes (2^23.3 and less) stay on `mma.sync`;
-/// - M = 128 (128-row blocks, split K): Qwen3 `gate/up` 13.2 against
-///   15.7, `down` 12.4 against 21.9, `q` 11.1 against 13.3, `o` 10.9
-///   against 17.3; `kv` (2^20) 7.5 against 7.0 stays with dequant + cuBLAS;
-/// - M = 256: `q` (split) 13.7 against 17.6, `down` 18.9 against 23.9,
-///   `o` 16.4 against 18.2; with 256-row blocks GLM shared 30.7 against
-///   40.1, Llama-3-8B 60.7 against 111.3; `gate/up` (no split) 19.1
-///   against 20.4 left with dequant + cuBLAS;
-/// - M = 512: `down` (split) 25.2 against 32.1; with 256-row blocks
-///   Llama-3-8B 113.0 against 155.5, Llama-3-70B 382.3 against 597.2;
-///   GLM shared 55.6 against 54.5, `gate/up` 29.8 against 26.9 and `q`
-///   21.4 against 20.6 stay with dequant + cuBLAS.
-fn wgmma_preferred(m: usize, shape: Shape, slots: &Slots) -> bool {
+/// Whether the tensor-core path on sm_90 prefers the warpgroup GEMM: at
+/// M = 49..64 on matrices of 2^24 weights and more (the alternative there
+/// is the `mma.sync` kernel), beyond that over dequant + cuBLAS at
+/// M = 65..512 from 2^22 weights, at M = 513..768 from 2^23 and at
+/// M = 769..2048 from 2^24; beyond M = 2048 (not measured) dequant +
+/// cuBLAS, whose dequantize the GEMM amortizes there.
+///
+/// From one run of both kernels on an H100 at a7b997b (f16, cold L2;
+/// `bench-results/nvidia-h100-80gb-hbm3-2026-11-27-a7b997b-large-m-*.json`):
+/// a grid of K ∈ {1024, 2048, 4096, 8192} × N ∈ {512, …, 28672} and seven
+/// shapes off it (Qwen3 gate/up and down, GLM shared and four others) at
+/// M ∈ {96, 128, 192, 256, 384, 512, 768, 1024}, k = 2..5, and six shapes
+/// at M = 2048, k = 2 and 4: 1132 rows. Both kernels' times step with
+/// their tiles' waves, so the ratio is jagged in M and N (Qwen3 gate/up,
+/// 2^23.3 weights, k = 4: the warpgroup GEMM takes 24 % less time at
+/// M = 768 and 25 % more at M = 1024), and a threshold on the weight
+/// count does better than a table of the ratios interpolated in (log2 K,
+/// log2 N): on the rows off the grid 1.3 % above the faster kernel in
+/// all, against 3.0 %. Over all rows these bands sum to 0.1–1.0 % above
+/// the faster kernel at each M; the bands they replace, 0.5–16 %.
+fn wgmma_preferred(m: usize, shape: Shape) -> bool {
     let weights = (shape.n as u64) * (shape.k as u64);
-    let splits = || wgmma_plan::plan(m, shape.n, shape.k, slots, Splits::Auto, None).is_ok_and(|p| p.splits > 1);
     match m {
         49..=64 => weights >= 1 << 24,
-        65..=128 => weights >= 1 << 23,
-        129..=256 => weights >= 1 << 24 || (weights >= 1 << 23 && splits()),
-        257..=512 => weights >= 1 << 25 || (weights >= 1 << 23 && splits()),
+        65..=512 => weights >= 1 << 22,
+        513..=768 => weights >= 1 << 23,
+        769..=2048 => weights >= 1 << 24,
         _ => false,
     }
 }
@@ -214,7 +211,7 @@ fn linear_unfit(
             Some("the MMA kernel is faster at this M on this matrix")
         }
         Kernel::Mma if m > MMA_MAX_M && wgmma.is_none() => Some("the MMA kernel serves M ≤ 64 (any M on sm_90)"),
-        Kernel::Mma if auto && m > MMA_MAX_M && !wgmma.is_some_and(|s| wgmma_preferred(m, shape, s)) => {
+        Kernel::Mma if auto && m > MMA_MAX_M && !(wgmma.is_some() && wgmma_preferred(m, shape)) => {
             Some("dequant + cuBLAS is faster at this M on this matrix")
         }
         Kernel::Mma if auto && (MMA_AUTO_MAX_M + 1..=MMA_MAX_M).contains(&m) && !mma_preferred_at_large_m(shape) => {
@@ -340,7 +337,7 @@ impl Context {
             Kernel::Scalar => self.gemv(x, m, w, y),
             Kernel::Mma
                 if m > MMA_MAX_M
-                    || self.wgmma_slots(w.bits(), T::DTYPE).is_some_and(|s| wgmma_preferred(m, w.shape(), &s)) =>
+                    || (self.wgmma_slots(w.bits(), T::DTYPE).is_some() && wgmma_preferred(m, w.shape())) =>
             {
                 self.wgmma_gemm(x, m, w, y)
             }

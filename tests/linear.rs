@@ -17,8 +17,6 @@ mod common;
 
 use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
-use kbit::splitk::Splits;
-use kbit::wgmma_plan::Slots;
 use kbit::{Codebook, Context, Dtype, Element, Error, KbitWeight, Kernel, ScaleMode, Shape, TiledWeight, reference};
 use rand::Rng;
 use rand::rngs::SmallRng;
@@ -86,23 +84,21 @@ fn check_linear<T: Element>(
 }
 
 /// The kernel automatic dispatch picks for M rows of a dense `shape`
-/// layer of `bits` bits, on a device with the warpgroup GEMM (sm_90, with
-/// its resident blocks by cluster size) or without.
+/// layer of `bits` bits, on a device with the warpgroup GEMM (sm_90) or
+/// without.
 fn expected_kernel(ctx: &Context, m: usize, w: &kbit::KbitWeight) -> Kernel {
     let (shape, bits) = (w.shape(), w.bits());
     let wgmma = ctx.wgmma_slots(bits, Dtype::F16);
     let weights = shape.n * shape.k;
-    // The warpgroup GEMM's plan cuts K (its tiles leave SMs idle).
-    let splits = |s: &Slots| kbit::wgmma_plan::plan(m, shape.n, shape.k, s, Splits::Auto, None).unwrap().splits > 1;
-    let split_or = |least: usize| wgmma.is_some_and(|s| weights >= least || (weights >= 1 << 23 && splits(&s)));
+    let wgmma_from = |least: usize| wgmma.is_some() && weights >= least;
     match m {
         1..=4 if kbit::small_m::prefers_mma(m, shape, bits) => Kernel::Mma,
         1..=4 => Kernel::Scalar,
         5..=32 => Kernel::Mma,
         33..=64 if shape.k >= 4096 || shape.n * shape.k >= 1 << 24 => Kernel::Mma,
-        65..=128 if wgmma.is_some() && weights >= 1 << 23 => Kernel::Mma,
-        129..=256 if split_or(1 << 24) => Kernel::Mma,
-        257..=512 if split_or(1 << 25) => Kernel::Mma,
+        65..=512 if wgmma_from(1 << 22) => Kernel::Mma,
+        513..=768 if wgmma_from(1 << 23) => Kernel::Mma,
+        769..=2048 if wgmma_from(1 << 24) => Kernel::Mma,
         _ => Kernel::DequantCublas,
     }
 }
@@ -163,22 +159,27 @@ fn linear_dispatch_around_the_crossovers() {
     // says (`kbit::small_m`; both kinds occur below).
     // M = 48: the MMA kernel on the large matrix (K ≥ 4096) and from 2^24
     // weights, dequant + cuBLAS on the short-K ones; M = 56 likewise, on
-    // sm_90 the warpgroup GEMM from 2^24 weights. M = 100: on sm_90 the
-    // warpgroup GEMM from 2^23 weights; M = 200 from 2^24, and from 2^23
-    // where its plan splits K; elsewhere dequant + cuBLAS. Every result
+    // sm_90 the warpgroup GEMM from 2^24 weights. On sm_90 the warpgroup
+    // GEMM at M = 100 and 200 from 2^22 weights, at M = 600 from 2^23 and
+    // at M = 1000 from 2^24; elsewhere dequant + cuBLAS. Every result
     // checked against the reference.
     let test = "linear_dispatch_around_the_crossovers";
     let _serial = serial();
     let Some(ctx) = common::gpu(test) else { return };
     let mut rng = common::rng(test);
     // (N, K): exactly 2^27 weights (M = 2, 3 only), 2^25 and more, exactly
-    // 2^24, exactly 2^23, between (Qwen3 gate/up), exactly 2^20 (`kv`) and
-    // below.
-    let shapes = [(16384, 8192), (4100, 8192), (8192, 2048), (4096, 2048), (5120, 2048), (512, 2048), (256, 2048)];
+    // 2^24, exactly 2^23, between (Qwen3 gate/up), exactly 2^22, exactly
+    // 2^20 (`kv`) and below; M = 600 and 1000 up to 2^24.
+    let shapes =
+        [(16384, 8192), (4100, 8192), (8192, 2048), (4096, 2048), (5120, 2048), (2048, 2048), (512, 2048), (256, 2048)];
     let mut seen_small_m = [false; 2];
     for (n, k) in shapes {
         let shape = Shape::new(n, k).unwrap();
-        let ms: &[usize] = if n * k >= 1 << 27 { &[2, 3] } else { &[2, 3, 4, 48, 56, 100, 200] };
+        let ms: &[usize] = match n * k {
+            w if w >= 1 << 27 => &[2, 3],
+            w if w > 1 << 24 => &[2, 3, 4, 48, 56, 100, 200],
+            _ => &[2, 3, 4, 48, 56, 100, 200, 600, 1000],
+        };
         for bits in [2, 3, 4, 5] {
             let (w, host) = random_weight(&ctx, &mut rng, shape, bits);
             let want_w = reference::dequantize_tiled::<f32>(&host);
