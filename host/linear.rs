@@ -7,11 +7,12 @@
 //! ```text
 //! 1. scalar GEMV        M ≤ 4 (M = 2..4 on larger matrices, and M = 2 at
 //!                       k = 4 on short-K ones: MMA)  kernel 1 (gemv.rs)
-//! 2. MMA dequant GEMM   M ≤ 32 (≤ 64 on larger matrices; on sm_90 up to
-//!                       M = 512 / 768 / 2048 on matrices of 2^22 / 2^23 /
-//!                       2^24 weights and more)  kernel 2 (mma.rs, split-K
-//!                       over the SMs; on sm_90 wgmma.rs beyond M = 64, and
-//!                       beyond M = 48 on matrices of 2^24 weights and more)
+//! 2. MMA dequant GEMM   M ≤ 32 (≤ 48 / 64 on matrices of 2^21 / 2^22
+//!                       weights and more; on sm_90 up to M = 512 / 768 /
+//!                       2048 from 2^22 / 2^23 / 2^24)  kernel 2 (mma.rs,
+//!                       split-K over the SMs; on sm_90 wgmma.rs beyond
+//!                       M = 64, at M = 49..64 on 8192 columns and more,
+//!                       at M = 33..48 from 2^27 weights)
 //! 3. dequant + cuBLAS   any M          dequantize W into a scratch buffer, one GemmEx
 //! ```
 //!
@@ -144,29 +145,41 @@ fn not_applicable(kernel: Kernel, why: impl Into<String>) -> Error {
 const MMA_MAX_M: usize = kbit_format::mma::MAX_M as usize;
 
 /// Largest M for which automatic dispatch prefers the MMA kernel over
-/// dequant + cuBLAS on every matrix (H100 tables at 9fa1836: faster on all
-/// dense design and Llama shapes at M = 32 but kv at k = 4, by 1 %).
+/// dequant + cuBLAS on every matrix (H100, 1506f81: the `mma.sync` form
+/// was the fastest of the three paths on all 204 rows at M = 16, 24 and
+/// 32 of `…-1506f81-m16-64-*.json`).
 const MMA_AUTO_MAX_M: usize = 32;
 
-/// Whether automatic dispatch prefers the MMA kernel over dequant + cuBLAS
-/// at MMA_AUTO_MAX_M < M ≤ 64: on matrices with K ≥ 4096 or at least 2^24
-/// weights. At M = 64, k = 4 (H100, 9fa1836): Llama-3-70B gate/up 193.8
-/// against 402.9 µs, Llama-3-8B 52.4 against 103.7, `down` 16.7 against
-/// 18.7, GLM shared 28.8 against 35.1; dequant + cuBLAS stays ahead on the
-/// short-K Qwen3 `gateup` (16.3 against 18.4) and `kv` (7.39 against 10.8),
-/// and `q` (2^23 weights, K 2048) is within 8 % either way.
-fn mma_preferred_at_large_m(shape: Shape) -> bool {
-    shape.k >= 4096 || (shape.n as u64) * (shape.k as u64) >= 1 << 24
+/// Whether automatic dispatch prefers one of the MMA kernel's forms over
+/// dequant + cuBLAS at MMA_AUTO_MAX_M < M ≤ 64: from 2^21 weights at
+/// M ≤ 48, from 2^22 beyond. Which form: [`wgmma_preferred`].
+///
+/// From one run of the three paths on an H100 at 1506f81 (f16, cold L2,
+/// k = 2 and 4; `bench-results/nvidia-h100-80gb-hbm3-2026-11-27-1506f81-m16-64-{sync,wgmma}.json`):
+/// the grid of [`wgmma_preferred`]'s large-M bands and six shapes off it
+/// at M ∈ {40, 48, 56, 64}, 272 rows. These bands take 1.4–3.4 % longer
+/// per M than the fastest path would (the bands before them, on K ≥ 4096
+/// or 2^24 weights: 5.1–7.7 %, up to 1.9× on a row: Qwen3 `q` at M = 48
+/// went to dequant + cuBLAS, 30 % slower than `mma.sync`).
+fn mma_preferred_at_large_m(m: usize, shape: Shape) -> bool {
+    let weights = (shape.n as u64) * (shape.k as u64);
+    weights >= if m <= 48 { 1 << 21 } else { 1 << 22 }
 }
 
 /// Whether the tensor-core path on sm_90 prefers the warpgroup GEMM: at
-/// M = 49..64 on matrices of 2^24 weights and more (the alternative there
-/// is the `mma.sync` kernel), beyond that over dequant + cuBLAS at
-/// M = 65..512 from 2^22 weights, at M = 513..768 from 2^23 and at
-/// M = 769..2048 from 2^24; beyond M = 2048 (not measured) dequant +
-/// cuBLAS, whose dequantize the GEMM amortizes there.
+/// M = 33..48 on matrices of 2^27 weights and more and at M = 49..64 on
+/// those of 8192 columns and more (over the `mma.sync` form, which
+/// [`mma_preferred_at_large_m`] chose over dequant + cuBLAS); beyond that
+/// over dequant + cuBLAS at M = 65..512 from 2^22 weights, at M = 513..768
+/// from 2^23 and at M = 769..2048 from 2^24; beyond M = 2048 (not
+/// measured) dequant + cuBLAS, whose dequantize the GEMM amortizes there.
 ///
-/// From one run of both kernels on an H100 at a7b997b (f16, cold L2;
+/// At M ≤ 64 the warpgroup GEMM's 128-row blocks are half empty or more,
+/// so it wins only where its tiles fill the SMs better: Llama-3-70B at
+/// M = 48 (k = 4, 0.88 of `mma.sync`'s time), and at M = 56, 64 the
+/// matrices of 8192 columns and more (0.64–0.82 from 8960 columns on; at
+/// 8192, 0.79–1.33 by K; narrower ones split both ways). Beyond M = 64,
+/// from one run of both kernels on an H100 at a7b997b (f16, cold L2;
 /// `bench-results/nvidia-h100-80gb-hbm3-2026-11-27-a7b997b-large-m-*.json`):
 /// a grid of K ∈ {1024, 2048, 4096, 8192} × N ∈ {512, …, 28672} and seven
 /// shapes off it (Qwen3 gate/up and down, GLM shared and four others) at
@@ -182,7 +195,8 @@ fn mma_preferred_at_large_m(shape: Shape) -> bool {
 fn wgmma_preferred(m: usize, shape: Shape) -> bool {
     let weights = (shape.n as u64) * (shape.k as u64);
     match m {
-        49..=64 => weights >= 1 << 24,
+        33..=48 => weights >= 1 << 27,
+        49..=64 => shape.n >= 8192 && weights >= 1 << 22,
         65..=512 => weights >= 1 << 22,
         513..=768 => weights >= 1 << 23,
         769..=2048 => weights >= 1 << 24,
@@ -214,7 +228,7 @@ fn linear_unfit(
         Kernel::Mma if auto && m > MMA_MAX_M && !(wgmma.is_some() && wgmma_preferred(m, shape)) => {
             Some("dequant + cuBLAS is faster at this M on this matrix")
         }
-        Kernel::Mma if auto && (MMA_AUTO_MAX_M + 1..=MMA_MAX_M).contains(&m) && !mma_preferred_at_large_m(shape) => {
+        Kernel::Mma if auto && (MMA_AUTO_MAX_M + 1..=MMA_MAX_M).contains(&m) && !mma_preferred_at_large_m(m, shape) => {
             Some("dequant + cuBLAS is faster at this M on this matrix")
         }
         Kernel::Scalar | Kernel::Mma | Kernel::DequantCublas => None,

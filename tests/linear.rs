@@ -95,7 +95,8 @@ fn expected_kernel(ctx: &Context, m: usize, w: &kbit::KbitWeight) -> Kernel {
         1..=4 if kbit::small_m::prefers_mma(m, shape, bits) => Kernel::Mma,
         1..=4 => Kernel::Scalar,
         5..=32 => Kernel::Mma,
-        33..=64 if shape.k >= 4096 || shape.n * shape.k >= 1 << 24 => Kernel::Mma,
+        33..=48 if weights >= 1 << 21 => Kernel::Mma,
+        49..=64 if weights >= 1 << 22 => Kernel::Mma,
         65..=512 if wgmma_from(1 << 22) => Kernel::Mma,
         513..=768 if wgmma_from(1 << 23) => Kernel::Mma,
         769..=2048 if wgmma_from(1 << 24) => Kernel::Mma,
@@ -157,9 +158,9 @@ fn linear_matches_reference_on_awkward_shapes() {
 fn linear_dispatch_around_the_crossovers() {
     // M = 2..4: the scalar GEMV or the MMA kernel as the measured table
     // says (`kbit::small_m`; both kinds occur below).
-    // M = 48: the MMA kernel on the large matrix (K ≥ 4096) and from 2^24
-    // weights, dequant + cuBLAS on the short-K ones; M = 56 likewise, on
-    // sm_90 the warpgroup GEMM from 2^24 weights. On sm_90 the warpgroup
+    // M = 48: the MMA kernel from 2^21 weights, M = 56 from 2^22 (on sm_90
+    // its warpgroup form on 8192 columns and more), dequant + cuBLAS below
+    // (`kv`, 2^20, and the 2^19 matrix). On sm_90 the warpgroup
     // GEMM at M = 100 and 200 from 2^22 weights, at M = 600 from 2^23 and
     // at M = 1000 from 2^24; elsewhere dequant + cuBLAS. Every result
     // checked against the reference.
