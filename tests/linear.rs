@@ -160,10 +160,10 @@ fn linear_dispatch_around_the_crossovers() {
     // says (`kbit::small_m`; both kinds occur below).
     // M = 48: the MMA kernel from 2^21 weights, M = 56 from 2^22 (on sm_90
     // its warpgroup form on 8192 columns and more), dequant + cuBLAS below
-    // (`kv`, 2^20, and the 2^19 matrix). On sm_90 the warpgroup
-    // GEMM at M = 100 and 200 from 2^22 weights, at M = 600 from 2^23 and
-    // at M = 1000 from 2^24; elsewhere dequant + cuBLAS. Every result
-    // checked against the reference.
+    // (`kv`, 2^20, and the 2^19 matrix). On sm_90 the warpgroup GEMM at
+    // M = 100 and 200 from 2^22 weights, at M = 600 from 2^23 and at
+    // M = 1000 from 2^24; elsewhere dequant + cuBLAS. Every result checked
+    // against the reference.
     let test = "linear_dispatch_around_the_crossovers";
     let _serial = serial();
     let Some(ctx) = common::gpu(test) else { return };
