@@ -519,3 +519,60 @@ impl Context {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The path automatic dispatch takes for `m` rows of an N × K weight
+    /// (k = 4): the first of [`LINEAR_CHAIN`] that applies, and for the MMA
+    /// kernel which form `run_linear` launches; `sm90`: a device with the
+    /// warpgroup GEMM (132 SMs).
+    fn path(m: usize, n: usize, k: usize, sm90: bool) -> &'static str {
+        let slots = Slots::uniform(132);
+        let wgmma = sm90.then_some(&slots);
+        let shape = Shape::new(n, k).unwrap();
+        let kernel = LINEAR_CHAIN.into_iter().find(|&c| linear_unfit(c, m, shape, 4, true, wgmma).is_none());
+        match kernel.unwrap() {
+            Kernel::Mma if m > MMA_MAX_M || (sm90 && wgmma_preferred(m, shape)) => "wgmma",
+            Kernel::Mma => "mma.sync",
+            Kernel::DequantCublas => "cublas",
+            other => panic!("{other} at M = {m}"),
+        }
+    }
+
+    #[test]
+    fn bands_at_their_edges() {
+        // (M, N, K, path on sm_90, path without the warpgroup GEMM): 2^20 /
+        // 2^21 weights at M = 32 / 33 / 48, 2^21 / 2^22 at M = 49 / 64, 2^27
+        // at M = 48, 8192 columns at M = 49..64; beyond M = 64 the warpgroup
+        // GEMM's bands, and dequant + cuBLAS without it.
+        let cases = [
+            (32, 512, 2048, "mma.sync", "mma.sync"),
+            (33, 512, 2048, "cublas", "cublas"),
+            (33, 1024, 2048, "mma.sync", "mma.sync"),
+            (48, 8192, 8192, "mma.sync", "mma.sync"),
+            (48, 16384, 8192, "wgmma", "mma.sync"),
+            (49, 1024, 2048, "cublas", "cublas"),
+            (49, 2048, 2048, "mma.sync", "mma.sync"),
+            (49, 8192, 256, "cublas", "cublas"),
+            (49, 8192, 512, "wgmma", "mma.sync"),
+            (64, 4096, 8192, "mma.sync", "mma.sync"),
+            (64, 28672, 8192, "wgmma", "mma.sync"),
+            (65, 1024, 2048, "cublas", "cublas"),
+            (65, 2048, 2048, "wgmma", "cublas"),
+            (512, 2048, 2048, "wgmma", "cublas"),
+            (513, 2048, 2048, "cublas", "cublas"),
+            (513, 4096, 2048, "wgmma", "cublas"),
+            (768, 4096, 2048, "wgmma", "cublas"),
+            (769, 4096, 2048, "cublas", "cublas"),
+            (769, 8192, 2048, "wgmma", "cublas"),
+            (2048, 8192, 2048, "wgmma", "cublas"),
+            (2049, 28672, 8192, "cublas", "cublas"),
+        ];
+        for (m, n, k, sm90, other) in cases {
+            let got = (path(m, n, k, true), path(m, n, k, false));
+            assert_eq!(got, (sm90, other), "M = {m}, N = {n}, K = {k} (sm_90, other)");
+        }
+    }
+}
