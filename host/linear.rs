@@ -29,7 +29,6 @@
 //! after one eager call (or [`Context::prepare_linear`]) has set these up.
 
 use crate::cublas_gemm::RowMajorGemm;
-use crate::wgmma_plan::Slots;
 use crate::{Context, Dtype, Element, Error, KbitWeight, Result, Shape};
 use cudarc::cublas::{CudaBlas, sys as cublas_sys};
 use cudarc::driver::sys::CUstreamCaptureStatus;
@@ -206,15 +205,9 @@ fn wgmma_preferred(m: usize, shape: Shape) -> bool {
 
 /// Why `kernel` cannot compute `linear` with `m` rows of a `shape` weight
 /// of `bits` bits, or `None` if it can. `auto` applies the dispatch
-/// preferences on top of the hard limits.
-fn linear_unfit(
-    kernel: Kernel,
-    m: usize,
-    shape: Shape,
-    bits: u32,
-    auto: bool,
-    wgmma: Option<&Slots>,
-) -> Option<&'static str> {
+/// preferences on top of the hard limits; `wgmma`: the device has the
+/// warpgroup GEMM for these bits and activations (sm_90).
+fn linear_unfit(kernel: Kernel, m: usize, shape: Shape, bits: u32, auto: bool, wgmma: bool) -> Option<&'static str> {
     if !kernel.is_available() {
         return Some("the kernel is not part of this build yet");
     }
@@ -224,8 +217,8 @@ fn linear_unfit(
         Kernel::Scalar if auto && crate::small_m::prefers_mma(m, shape, bits) => {
             Some("the MMA kernel is faster at this M on this matrix")
         }
-        Kernel::Mma if m > MMA_MAX_M && wgmma.is_none() => Some("the MMA kernel serves M ≤ 64 (any M on sm_90)"),
-        Kernel::Mma if auto && m > MMA_MAX_M && !(wgmma.is_some() && wgmma_preferred(m, shape)) => {
+        Kernel::Mma if m > MMA_MAX_M && !wgmma => Some("the MMA kernel serves M ≤ 64 (any M on sm_90)"),
+        Kernel::Mma if auto && m > MMA_MAX_M && !(wgmma && wgmma_preferred(m, shape)) => {
             Some("dequant + cuBLAS is faster at this M on this matrix")
         }
         Kernel::Mma if auto && (MMA_AUTO_MAX_M + 1..=MMA_MAX_M).contains(&m) && !mma_preferred_at_large_m(m, shape) => {
@@ -315,7 +308,7 @@ impl Context {
 
     /// [`linear_unfit`] with the hard limits only (a forced kernel).
     fn hard_unfit<T: Element>(&self, kernel: Kernel, m: usize, w: &KbitWeight) -> Option<&'static str> {
-        linear_unfit(kernel, m, w.shape(), w.bits(), false, self.wgmma_slots(w.bits(), T::DTYPE).as_ref())
+        linear_unfit(kernel, m, w.shape(), w.bits(), false, self.wgmma_slots(w.bits(), T::DTYPE).is_some())
     }
 
     /// Walks [`LINEAR_CHAIN`]: the first path that applies runs.
@@ -326,9 +319,9 @@ impl Context {
         w: &KbitWeight,
         y: &mut impl DevicePtrMut<T>,
     ) -> Result<Kernel> {
-        let slots = self.wgmma_slots(w.bits(), T::DTYPE);
+        let wgmma = self.wgmma_slots(w.bits(), T::DTYPE).is_some();
         for kernel in LINEAR_CHAIN {
-            if linear_unfit(kernel, m, w.shape(), w.bits(), true, slots.as_ref()).is_none() {
+            if linear_unfit(kernel, m, w.shape(), w.bits(), true, wgmma).is_none() {
                 self.run_linear(kernel, x, m, w, y)?;
                 return Ok(kernel);
             }
@@ -527,12 +520,10 @@ mod tests {
     /// The path automatic dispatch takes for `m` rows of an N × K weight
     /// (k = 4): the first of [`LINEAR_CHAIN`] that applies, and for the MMA
     /// kernel which form `run_linear` launches; `sm90`: a device with the
-    /// warpgroup GEMM (132 SMs).
+    /// warpgroup GEMM.
     fn path(m: usize, n: usize, k: usize, sm90: bool) -> &'static str {
-        let slots = Slots::uniform(132);
-        let wgmma = sm90.then_some(&slots);
         let shape = Shape::new(n, k).unwrap();
-        let kernel = LINEAR_CHAIN.into_iter().find(|&c| linear_unfit(c, m, shape, 4, true, wgmma).is_none());
+        let kernel = LINEAR_CHAIN.into_iter().find(|&c| linear_unfit(c, m, shape, 4, true, sm90).is_none());
         match kernel.unwrap() {
             Kernel::Mma if m > MMA_MAX_M || (sm90 && wgmma_preferred(m, shape)) => "wgmma",
             Kernel::Mma => "mma.sync",
