@@ -71,6 +71,12 @@ pub struct Context {
 impl Context {
     /// Opens device `ordinal` with a new stream and loads the kernels.
     ///
+    /// The kernels are PTX, which the driver compiles for the GPU when they
+    /// are loaded: the first time on a machine that takes about a minute on
+    /// an H100 (the sm_90 module with the warpgroup kernels); the driver keeps
+    /// the result in its compute cache (`~/.nv/ComputeCache`, see
+    /// `CUDA_CACHE_PATH`), and later loads take about a second.
+    ///
     /// # Errors
     /// [`Error::NoDevice`] when the CUDA driver library is not installed or
     /// the device does not exist; driver errors otherwise.

@@ -37,6 +37,16 @@ fn main() {
         println!("{}", cli::USAGE);
         return;
     }
+    // Loading the module is silent and, the first time on a machine, slow:
+    // say so where there is a GPU to load it on.
+    let gpu_present = unsafe { cudarc::driver::sys::is_culib_present() }
+        && cudarc::driver::CudaContext::device_count().is_ok_and(|n| n > 0);
+    if gpu_present {
+        eprintln!(
+            "kbit-bench: loading the kernels (the first run on a machine takes about a minute: \
+             the driver compiles the PTX for this GPU and caches the result)"
+        );
+    }
     let mut ctx = match Context::new(0) {
         Ok(ctx) => ctx,
         Err(Error::NoDevice(why)) => {
