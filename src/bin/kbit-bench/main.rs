@@ -43,7 +43,7 @@ fn main() {
         && cudarc::driver::CudaContext::device_count().is_ok_and(|n| n > 0);
     if gpu_present {
         eprintln!(
-            "kbit-bench: loading the kernels (the first run on a machine takes about a minute: \
+            "kbit-bench: loading the kernels (the first run on a machine can take a minute: \
              the driver compiles the PTX for this GPU and caches the result)"
         );
     }
