@@ -203,6 +203,13 @@ fn wgmma_preferred(m: usize, shape: Shape) -> bool {
     }
 }
 
+/// Whether the MMA kernel runs in its warpgroup form for `m` rows of a
+/// `shape` weight (`wgmma`: the device has it, sm_90): always beyond
+/// M = 64, where only that form serves, else where [`wgmma_preferred`].
+fn mma_runs_wgmma(m: usize, shape: Shape, wgmma: bool) -> bool {
+    m > MMA_MAX_M || (wgmma && wgmma_preferred(m, shape))
+}
+
 /// Why `kernel` cannot compute `linear` with `m` rows of a `shape` weight
 /// of `bits` bits, or `None` if it can. `auto` applies the dispatch
 /// preferences on top of the hard limits; `wgmma`: the device has the
@@ -342,10 +349,7 @@ impl Context {
         match kernel {
             Kernel::DequantCublas => self.dequant_cublas(x, m, w, y),
             Kernel::Scalar => self.gemv(x, m, w, y),
-            Kernel::Mma
-                if m > MMA_MAX_M
-                    || (self.wgmma_slots(w.bits(), T::DTYPE).is_some() && wgmma_preferred(m, w.shape())) =>
-            {
+            Kernel::Mma if mma_runs_wgmma(m, w.shape(), self.wgmma_slots(w.bits(), T::DTYPE).is_some()) => {
                 self.wgmma_gemm(x, m, w, y)
             }
             Kernel::Mma => self.mma_gemm(x, m, w, y),
@@ -525,7 +529,7 @@ mod tests {
         let shape = Shape::new(n, k).unwrap();
         let kernel = LINEAR_CHAIN.into_iter().find(|&c| linear_unfit(c, m, shape, 4, true, sm90).is_none());
         match kernel.unwrap() {
-            Kernel::Mma if m > MMA_MAX_M || (sm90 && wgmma_preferred(m, shape)) => "wgmma",
+            Kernel::Mma if mma_runs_wgmma(m, shape, sm90) => "wgmma",
             Kernel::Mma => "mma.sync",
             Kernel::DequantCublas => "cublas",
             other => panic!("{other} at M = {m}"),
