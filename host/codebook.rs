@@ -27,6 +27,14 @@ pub(crate) fn check_bits(bits: u32) -> Result<()> {
 impl Codebook {
     /// The "normal float" NF-k codebook (FORMAT.md): ascending, symmetric,
     /// endpoints ±1.
+    ///
+    /// ```
+    /// let cb = kbit::Codebook::nf(3)?;
+    /// assert_eq!(cb.values().len(), 8);
+    /// assert_eq!((cb.values()[0], cb.values()[7]), (-1.0, 1.0));
+    /// assert!(matches!(kbit::Codebook::nf(6), Err(kbit::Error::Bits(6))));
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn nf(bits: u32) -> Result<Self> {
         check_bits(bits)?;
         Ok(Self { bits, values: kbit_format::nf::codebook(bits) })
@@ -35,6 +43,14 @@ impl Codebook {
     /// A custom codebook; its length (4, 8, 16 or 32) sets k. Entries must be
     /// finite; their order is free (the nearest entry wins, ties to the lowest
     /// index).
+    ///
+    /// ```
+    /// let cb = kbit::Codebook::new(vec![0.5, -0.5, 1.0, -1.0, 0.0, 0.25, -0.25, 0.75])?;
+    /// assert_eq!(cb.bits(), 3);
+    /// assert!(matches!(kbit::Codebook::new(vec![0.0; 5]), Err(kbit::Error::CodebookLen(5))));
+    /// assert!(kbit::Codebook::new(vec![-1.0, f32::NAN, 0.5, 1.0]).is_err());
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn new(values: Vec<f32>) -> Result<Self> {
         let bits = match values.len() {
             4 => 2,
@@ -50,17 +66,38 @@ impl Codebook {
     }
 
     /// The bit width k.
+    ///
+    /// ```
+    /// assert_eq!(kbit::Codebook::nf(5)?.bits(), 5);
+    /// assert_eq!(kbit::Codebook::new(vec![-1.0, -0.25, 0.25, 1.0])?.bits(), 2);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn bits(&self) -> u32 {
         self.bits
     }
 
     /// The entries, indexed by code.
+    ///
+    /// ```
+    /// let cb = kbit::Codebook::new(vec![1.0, -1.0, 0.25, -0.25])?;
+    /// assert_eq!(cb.values(), &[1.0, -1.0, 0.25, -0.25]); // kept in the given order
+    /// let nf = kbit::Codebook::nf(4)?;
+    /// assert!(nf.values().windows(2).all(|p| p[0] < p[1])); // NF-k is ascending
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn values(&self) -> &[f32] {
         &self.values
     }
 
     /// The largest gap between adjacent entries in sorted order (the
     /// quantization error bound is half of it, times the block absmax).
+    ///
+    /// ```
+    /// let cb = kbit::Codebook::new(vec![1.0, -1.0, 0.5, 0.0])?;
+    /// assert_eq!(cb.max_gap(), 1.0); // sorted: -1, 0, 0.5, 1
+    /// assert!(kbit::Codebook::nf(5)?.max_gap() < kbit::Codebook::nf(2)?.max_gap());
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn max_gap(&self) -> f32 {
         let mut v = self.values.clone();
         v.sort_by(f32::total_cmp);

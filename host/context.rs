@@ -80,6 +80,15 @@ impl Context {
     /// # Errors
     /// [`Error::NoDevice`] when the CUDA driver library is not installed or
     /// the device does not exist; driver errors otherwise.
+    ///
+    /// ```no_run
+    /// match kbit::Context::new(0) {
+    ///     Ok(ctx) => println!("running on {}", ctx.info().name),
+    ///     Err(kbit::Error::NoDevice(why)) => eprintln!("no GPU: {why}"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn new(ordinal: usize) -> Result<Self> {
         // cudarc's dynamic loader panics if libcuda is absent: ask first.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
@@ -100,6 +109,14 @@ impl Context {
 
     /// Uses an existing stream (e.g. one shared with candle or another
     /// engine). Work is enqueued on it in call order.
+    ///
+    /// ```no_run
+    /// use kbit::cudarc::driver::CudaContext;
+    /// let stream = CudaContext::new(0)?.new_stream()?; // e.g. the stream another engine uses
+    /// let ctx = kbit::Context::with_stream(stream.clone())?;
+    /// assert!(std::sync::Arc::ptr_eq(ctx.stream(), &stream));
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn with_stream(stream: Arc<CudaStream>) -> Result<Self> {
         let ctx = stream.context().clone();
         let attr = |a| ctx.attribute(a);
@@ -152,6 +169,13 @@ impl Context {
     /// Turns programmatic launches on or off (see
     /// [`Context::programmatic_launch`]); returns the setting in effect,
     /// which stays off on GPUs before sm_90.
+    ///
+    /// ```no_run
+    /// let mut ctx = kbit::Context::new(0)?;
+    /// let on = ctx.set_programmatic_launch(true);
+    /// assert_eq!(on, ctx.info().compute_capability >= (9, 0)); // stays off before sm_90
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn set_programmatic_launch(&mut self, on: bool) -> bool {
         self.programmatic = on && crate::module::programmatic_launch(self.info.compute_capability);
         self.programmatic
@@ -197,16 +221,39 @@ impl Context {
     }
 
     /// The device facts.
+    ///
+    /// ```no_run
+    /// let ctx = kbit::Context::new(0)?;
+    /// let (major, minor) = ctx.info().compute_capability;
+    /// println!("{} (sm_{major}{minor}, {} SMs)", ctx.info().name, ctx.info().sm_count);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn info(&self) -> &DeviceInfo {
         &self.info
     }
 
     /// The stream all work is enqueued on.
+    ///
+    /// ```no_run
+    /// # let ctx = kbit::Context::new(0)?;
+    /// // Buffers made on this stream are ordered with the kbit work enqueued on it.
+    /// let x = ctx.stream().clone_htod(&vec![half::f16::ONE; 4096])?;
+    /// let mut y = ctx.stream().alloc_zeros::<half::f16>(4096)?;
+    /// # let _ = (x, &mut y);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
 
     /// The CUDA context.
+    ///
+    /// ```no_run
+    /// # let ctx = kbit::Context::new(0)?;
+    /// let (free, total) = ctx.cuda().mem_get_info()?;
+    /// println!("{} of {} MiB free", free >> 20, total >> 20);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn cuda(&self) -> &Arc<CudaContext> {
         &self.ctx
     }
@@ -215,6 +262,17 @@ impl Context {
     /// that kernels found since the last check: [`Error::NonFinite`] from a
     /// quantize, [`Error::ScaleRange`] from a repack, [`Error::ExpertRows`]
     /// from an `expert_linear` whose `max_m` was too small.
+    ///
+    /// ```no_run
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = kbit::Shape::new(64, 64)?;
+    /// let mut w = vec![half::f16::ONE; shape.numel()];
+    /// w[100] = half::f16::NAN;
+    /// let w = ctx.stream().clone_htod(&w)?;
+    /// let _flat = ctx.quantize(&w, shape, &kbit::Codebook::nf(4)?)?; // Ok: only enqueued
+    /// assert!(matches!(ctx.synchronize(), Err(kbit::Error::NonFinite { .. })));
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn synchronize(&self) -> Result<()> {
         self.stream.synchronize()?;
         self.check_status()

@@ -28,14 +28,46 @@ macro_rules! weight_accessors {
     ($t:ty) => {
         impl $t {
             /// The shape.
+            ///
+            /// ```no_run
+            /// # let ctx = kbit::Context::new(0)?;
+            /// # let shape = kbit::Shape::new(64, 64)?;
+            /// # let flat = kbit::reference::quantize(&vec![0.5f32; shape.numel()], shape, &kbit::Codebook::nf(4)?)?;
+            /// let on_gpu = ctx.upload_flat(&flat)?;
+            /// let weight = ctx.repack(&on_gpu, kbit::ScaleMode::Strict)?;
+            /// assert_eq!(on_gpu.shape(), flat.shape());
+            /// assert_eq!(weight.shape(), kbit::Shape::new(64, 64)?);
+            /// # Ok::<(), kbit::Error>(())
+            /// ```
             pub fn shape(&self) -> Shape {
                 self.shape
             }
             /// The codebook (and so the bit width).
+            ///
+            /// ```no_run
+            /// # let ctx = kbit::Context::new(0)?;
+            /// # let shape = kbit::Shape::new(64, 64)?;
+            /// # let flat = kbit::reference::quantize(&vec![0.5f32; shape.numel()], shape, &kbit::Codebook::nf(4)?)?;
+            /// let on_gpu = ctx.upload_flat(&flat)?;
+            /// let weight = ctx.repack(&on_gpu, kbit::ScaleMode::Strict)?;
+            /// assert_eq!(on_gpu.codebook(), flat.codebook());
+            /// assert_eq!(weight.codebook(), &kbit::Codebook::nf(4)?);
+            /// # Ok::<(), kbit::Error>(())
+            /// ```
             pub fn codebook(&self) -> &Codebook {
                 &self.codebook
             }
             /// The bit width k.
+            ///
+            /// ```no_run
+            /// # let ctx = kbit::Context::new(0)?;
+            /// # let shape = kbit::Shape::new(64, 64)?;
+            /// # let flat = kbit::reference::quantize(&vec![0.5f32; shape.numel()], shape, &kbit::Codebook::nf(4)?)?;
+            /// let on_gpu = ctx.upload_flat(&flat)?;
+            /// let weight = ctx.repack(&on_gpu, kbit::ScaleMode::Strict)?;
+            /// assert_eq!((on_gpu.bits(), weight.bits()), (4, 4));
+            /// # Ok::<(), kbit::Error>(())
+            /// ```
             pub fn bits(&self) -> u32 {
                 self.codebook.bits()
             }
@@ -47,6 +79,16 @@ weight_accessors!(KbitWeight);
 
 impl KbitWeight {
     /// Bytes of the weight stream (plane words + scale bytes).
+    ///
+    /// ```no_run
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = kbit::Shape::new(64, 64)?;
+    /// # let flat = kbit::reference::quantize(&vec![0.5f32; shape.numel()], shape, &kbit::Codebook::nf(4)?)?;
+    /// let weight = ctx.upload(&kbit::reference::repack(&flat, kbit::ScaleMode::Strict)?)?;
+    /// // 4 bits a value and one scale byte a block of 32: (4 + 0.25) / 16 of fp16.
+    /// assert_eq!(weight.bytes(), shape.numel() / 2 + shape.num_blocks());
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn bytes(&self) -> usize {
         self.shape.tiled_bytes(self.bits())
     }
@@ -82,6 +124,16 @@ impl Context {
     }
 
     /// Copies a runtime-layout weight to the device (asynchronously).
+    ///
+    /// ```no_run
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = kbit::Shape::new(64, 64)?;
+    /// # let flat = kbit::reference::quantize(&vec![0.5f32; shape.numel()], shape, &kbit::Codebook::nf(4)?)?;
+    /// let tiled = kbit::reference::repack(&flat, kbit::ScaleMode::Strict)?;
+    /// let weight = ctx.upload(&tiled)?;
+    /// assert_eq!(ctx.download(&weight)?, tiled);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn upload(&self, w: &TiledWeight) -> Result<KbitWeight> {
         let s = self.stream();
         self.weights_written();
@@ -96,6 +148,17 @@ impl Context {
 
     /// Copies a flat weight back to the host. Synchronizes the stream and
     /// reports data errors like [`Context::synchronize`].
+    ///
+    /// ```no_run
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = kbit::Shape::new(64, 64)?;
+    /// let w: Vec<f32> = (0..shape.numel()).map(|i| (i as f32).sin()).collect();
+    /// let cb = kbit::Codebook::nf(4)?;
+    /// let flat = ctx.quantize(&ctx.stream().clone_htod(&w)?, shape, &cb)?;
+    /// // Waits for the quantize, then reports NaN/inf found in `w`, if any.
+    /// assert_eq!(ctx.download_flat(&flat)?, kbit::reference::quantize(&w, shape, &cb)?);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn download_flat(&self, w: &DeviceFlatWeight) -> Result<FlatWeight> {
         let s = self.stream();
         let packed = s.clone_dtoh(&w.packed)?;
@@ -107,6 +170,17 @@ impl Context {
 
     /// Copies a runtime-layout weight back to the host. Synchronizes the
     /// stream and reports data errors like [`Context::synchronize`].
+    ///
+    /// ```no_run
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = kbit::Shape::new(64, 64)?;
+    /// # let w: Vec<f32> = (0..shape.numel()).map(|i| (i as f32).sin()).collect();
+    /// # let flat = kbit::reference::quantize(&w, shape, &kbit::Codebook::nf(4)?)?;
+    /// let weight = ctx.repack(&ctx.upload_flat(&flat)?, kbit::ScaleMode::Strict)?;
+    /// let tiled = ctx.download(&weight)?; // waits, then reports scale-range errors
+    /// assert_eq!(tiled, kbit::reference::repack(&flat, kbit::ScaleMode::Strict)?);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn download(&self, w: &KbitWeight) -> Result<TiledWeight> {
         let s = self.stream();
         let packed = s.clone_dtoh(&w.packed)?;

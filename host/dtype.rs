@@ -16,6 +16,11 @@ pub enum Dtype {
 
 impl Dtype {
     /// Suffix of kernel entry names (`f16`, `bf16`, `f32`).
+    ///
+    /// ```
+    /// assert_eq!(kbit::Dtype::Bf16.name(), "bf16");
+    /// assert_eq!(<half::f16 as kbit::Element>::DTYPE.name(), "f16");
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             Dtype::F16 => "f16",

@@ -52,22 +52,78 @@ pub(crate) fn check_grouped(
 
 impl KbitExperts {
     /// Number of experts.
+    ///
+    /// ```no_run
+    /// # use kbit::{Codebook, ScaleMode, Shape, reference};
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = Shape::new(64, 128)?;
+    /// # let flat = reference::quantize(&vec![0.5f32; shape.numel()], shape, &Codebook::nf(4)?)?;
+    /// # let w = reference::repack(&flat, ScaleMode::Strict)?;
+    /// let experts = ctx.upload_experts(&vec![w; 8])?;
+    /// assert_eq!(experts.num_experts(), 8);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn num_experts(&self) -> usize {
         self.num_experts
     }
     /// The shape of one expert.
+    ///
+    /// ```no_run
+    /// # use kbit::{Codebook, ScaleMode, Shape, reference};
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = Shape::new(64, 128)?;
+    /// # let flat = reference::quantize(&vec![0.5f32; shape.numel()], shape, &Codebook::nf(4)?)?;
+    /// # let w = reference::repack(&flat, ScaleMode::Strict)?;
+    /// let experts = ctx.upload_experts(&vec![w; 8])?;
+    /// assert_eq!(experts.shape(), Shape::new(64, 128)?); // [N, K] of each expert
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn shape(&self) -> Shape {
         self.shape
     }
     /// The shared codebook (and so the bit width).
+    ///
+    /// ```no_run
+    /// # use kbit::{Codebook, ScaleMode, Shape, reference};
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = Shape::new(64, 128)?;
+    /// # let flat = reference::quantize(&vec![0.5f32; shape.numel()], shape, &Codebook::nf(4)?)?;
+    /// # let w = reference::repack(&flat, ScaleMode::Strict)?;
+    /// let experts = ctx.upload_experts(&vec![w.clone(); 8])?;
+    /// assert_eq!(experts.codebook(), w.codebook());
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn codebook(&self) -> &Codebook {
         &self.codebook
     }
     /// The bit width k.
+    ///
+    /// ```no_run
+    /// # use kbit::{Codebook, ScaleMode, Shape, reference};
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = Shape::new(64, 128)?;
+    /// # let flat = reference::quantize(&vec![0.5f32; shape.numel()], shape, &Codebook::nf(4)?)?;
+    /// # let w = reference::repack(&flat, ScaleMode::Strict)?;
+    /// let experts = ctx.upload_experts(&vec![w; 8])?;
+    /// assert_eq!(experts.bits(), 4);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn bits(&self) -> u32 {
         self.codebook.bits()
     }
     /// Bytes of one expert's weight stream (plane words + scale bytes).
+    ///
+    /// ```no_run
+    /// # use kbit::{Codebook, ScaleMode, Shape, reference};
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = Shape::new(64, 128)?;
+    /// # let flat = reference::quantize(&vec![0.5f32; shape.numel()], shape, &Codebook::nf(4)?)?;
+    /// # let w = reference::repack(&flat, ScaleMode::Strict)?;
+    /// let experts = ctx.upload_experts(&vec![w; 8])?;
+    /// // 4 bits a value and one scale byte a block of 32, per expert.
+    /// assert_eq!(experts.expert_bytes(), shape.numel() / 2 + shape.num_blocks());
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn expert_bytes(&self) -> usize {
         self.shape.tiled_bytes(self.bits())
     }

@@ -85,6 +85,25 @@ impl Context {
     /// stream-K), SM count and K tiles per stage for the per-expert plan;
     /// returns the launch it made (`None` when there are no rows).
     ///
+    /// ```no_run
+    /// use kbit::{MmaOptions, Splits};
+    /// # use half::f16;
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = kbit::Shape::new(512, 2048)?;
+    /// # let w = ctx.stream().alloc_zeros::<f16>(shape.numel())?;
+    /// # let one = ctx.repack(&ctx.quantize(&w, shape, &kbit::Codebook::nf(4)?)?, kbit::ScaleMode::Strict)?;
+    /// # let experts = ctx.concat_experts(&[&one; 8])?;
+    /// # let x = ctx.stream().clone_htod(&vec![f16::from_f32(0.1); 40 * shape.k])?;
+    /// # let mut y = ctx.stream().alloc_zeros::<f16>(40 * shape.n)?;
+    /// // 40 rows over 8 experts: 16 for expert 1, 24 for expert 6.
+    /// let offsets = ctx.stream().clone_htod(&[0u32, 0, 16, 16, 16, 16, 16, 40, 40])?;
+    /// let opts = MmaOptions { splits: Splits::Fixed(2), ..MmaOptions::default() };
+    /// if let Some(gp) = ctx.grouped_mma_with(&x, &offsets, 24, &experts, &mut y, opts)? {
+    ///     println!("{} units of {} blocks, {} K splits", gp.units, gp.plan.grid, gp.plan.splits);
+    /// }
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`Context::grouped_mma`], plus [`Error::SplitK`] as
     /// [`Context::mma_gemm_with`] (stream-K included).
@@ -140,6 +159,21 @@ impl Context {
 
     /// The launch [`Context::grouped_mma_with`] would make for `total_rows`
     /// rows of `dtype` activations over `experts` (no GPU work).
+    ///
+    /// ```no_run
+    /// use kbit::{Dtype, MmaOptions};
+    /// # use half::f16;
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = kbit::Shape::new(512, 2048)?;
+    /// # let w = ctx.stream().alloc_zeros::<f16>(shape.numel())?;
+    /// # let one = ctx.repack(&ctx.quantize(&w, shape, &kbit::Codebook::nf(4)?)?, kbit::ScaleMode::Strict)?;
+    /// # let experts = ctx.concat_experts(&[&one; 8])?;
+    /// // 40 rows over the 8 experts, at most 24 for any one.
+    /// let gp = ctx.grouped_mma_plan(Dtype::F16, 24, &experts, 40, MmaOptions::default())?;
+    /// assert_eq!(gp.units, 8); // min(experts, rows)
+    /// println!("{} SMs per expert, {} K splits", gp.sms_per_expert, gp.plan.splits);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Context::grouped_mma_with`].

@@ -62,6 +62,14 @@ impl Kernel {
 
     /// The kernel's name: `scalar`, `mma`, `dequant_cublas`,
     /// `grouped_scalar`, `grouped_mma` (also its [`fmt::Display`]).
+    ///
+    /// ```
+    /// use kbit::Kernel;
+    /// assert_eq!(Kernel::Mma.name(), "mma");
+    /// assert_eq!(Kernel::DequantCublas.to_string(), Kernel::DequantCublas.name());
+    /// // Every name reads back as its kernel.
+    /// assert!(Kernel::ALL.into_iter().all(|k| Kernel::from_name(k.name()) == Some(k)));
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             Kernel::Scalar => "scalar",
@@ -85,6 +93,13 @@ impl Kernel {
     }
 
     /// Whether this build of the library contains the kernel.
+    ///
+    /// ```
+    /// use kbit::Kernel;
+    /// // Only an available kernel can be pinned with `Context::force_kernel`.
+    /// let built: Vec<Kernel> = Kernel::ALL.into_iter().filter(|k| k.is_available()).collect();
+    /// assert!(built.contains(&Kernel::Scalar));
+    /// ```
     pub fn is_available(self) -> bool {
         match self {
             Kernel::Scalar | Kernel::Mma | Kernel::DequantCublas | Kernel::GroupedScalar | Kernel::GroupedMma => true,
@@ -384,11 +399,36 @@ impl Context {
     }
 
     /// The kernel pinned by [`Context::force_kernel`], if any.
+    ///
+    /// ```no_run
+    /// use kbit::{Context, Kernel};
+    /// let ctx = Context::new(0)?;
+    /// assert_eq!(ctx.forced_kernel(), None); // automatic dispatch
+    /// ctx.force_kernel(Some(Kernel::Mma))?;
+    /// assert_eq!(ctx.forced_kernel(), Some(Kernel::Mma));
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn forced_kernel(&self) -> Option<Kernel> {
         Kernel::decode(self.linear.forced.load(Ordering::Relaxed))
     }
 
     /// The kernel the most recent successful matmul call ran, if any.
+    ///
+    /// ```no_run
+    /// use half::f16;
+    /// use kbit::{Context, Kernel};
+    /// let ctx = Context::new(0)?;
+    /// # let shape = kbit::Shape::new(4096, 2048)?;
+    /// # let w = ctx.stream().alloc_zeros::<f16>(shape.numel())?;
+    /// # let w = ctx.repack(&ctx.quantize(&w, shape, &kbit::Codebook::nf(4)?)?, kbit::ScaleMode::Strict)?;
+    /// # let x = ctx.stream().clone_htod(&vec![f16::from_f32(0.5); 16 * shape.k])?;
+    /// # let mut y = ctx.stream().alloc_zeros::<f16>(16 * shape.n)?;
+    /// assert_eq!(ctx.last_kernel(), None);
+    /// ctx.force_kernel(Some(Kernel::Mma))?;
+    /// ctx.linear(&x, 16, &w, &mut y)?;
+    /// assert_eq!(ctx.last_kernel(), Some(Kernel::Mma));
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn last_kernel(&self) -> Option<Kernel> {
         Kernel::decode(self.linear.last.load(Ordering::Relaxed))
     }
@@ -404,6 +444,25 @@ impl Context {
     /// `linear` calls in a CUDA graph (an eager call does the same). One
     /// eager call per shape before capturing is the safest warm-up: cuBLAS
     /// may load the GEMM kernel it picks at its first use.
+    ///
+    /// ```no_run
+    /// use kbit::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    /// # use half::f16;
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = kbit::Shape::new(4096, 2048)?;
+    /// # let w = ctx.stream().alloc_zeros::<f16>(shape.numel())?;
+    /// # let w = ctx.repack(&ctx.quantize(&w, shape, &kbit::Codebook::nf(4)?)?, kbit::ScaleMode::Strict)?;
+    /// # let x = ctx.stream().clone_htod(&vec![f16::from_f32(0.5); 256 * shape.k])?;
+    /// # let mut y = ctx.stream().alloc_zeros::<f16>(256 * shape.n)?;
+    /// ctx.prepare_linear(shape)?; // cuBLAS handle, workspace and scratch for `shape`
+    /// ctx.linear(&x, 256, &w, &mut y)?; // one eager call per shape
+    /// let s = ctx.stream();
+    /// s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    /// ctx.linear(&x, 256, &w, &mut y)?;
+    /// let graph = s.end_capture(CUgraphInstantiate_flags(0))?.expect("a captured graph");
+    /// graph.launch()?;
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn prepare_linear(&self, largest: Shape) -> Result<()> {
         let mut dense = self.dense_path();
         self.ensure_blas(&mut dense)?;

@@ -495,6 +495,22 @@ impl Context {
     /// [`Context::mma_gemm`] with an explicit split-K policy and SM count;
     /// returns the plan it launched.
     ///
+    /// ```no_run
+    /// use kbit::{MmaOptions, Splits};
+    /// # use half::f16;
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = kbit::Shape::new(4096, 2048)?;
+    /// # let w = ctx.stream().alloc_zeros::<f16>(shape.numel())?;
+    /// # let weight = ctx.repack(&ctx.quantize(&w, shape, &kbit::Codebook::nf(4)?)?, kbit::ScaleMode::Strict)?;
+    /// # let x = ctx.stream().clone_htod(&vec![f16::from_f32(0.5); 8 * shape.k])?;
+    /// # let mut y = ctx.stream().alloc_zeros::<f16>(8 * shape.n)?;
+    /// let opts = MmaOptions { splits: Splits::Fixed(4), ..MmaOptions::default() };
+    /// let plan = ctx.mma_gemm_with(&x, 8, &weight, &mut y, opts)?;
+    /// assert!(plan.splits <= 4);
+    /// println!("{} blocks, {} K splits of {} tiles", plan.grid, plan.splits, plan.tiles_per_split);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`Context::mma_gemm`], plus [`Error::SplitK`] for `Fixed(0)`, an
     /// SM count of 0, a fixed split count the workspace cannot hold, or a
@@ -563,6 +579,20 @@ impl Context {
     /// The tile width is the one with the lower estimated cost
     /// ([`splitk::cost`] × tile width) under automatic splitting; the split
     /// policy of `opts` is then applied to it.
+    ///
+    /// ```no_run
+    /// use kbit::{Dtype, MmaOptions};
+    /// # use half::f16;
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = kbit::Shape::new(4096, 2048)?;
+    /// # let w = ctx.stream().alloc_zeros::<f16>(shape.numel())?;
+    /// # let weight = ctx.repack(&ctx.quantize(&w, shape, &kbit::Codebook::nf(4)?)?, kbit::ScaleMode::Strict)?;
+    /// for m in [1, 16, 64] {
+    ///     let plan = ctx.mma_plan(Dtype::F16, m, &weight, MmaOptions::default())?;
+    ///     println!("M = {m}: tiles of {} columns, {} K splits, {} blocks", plan.tile.tile_n, plan.splits, plan.grid);
+    /// }
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn mma_plan(&self, dtype: Dtype, m: usize, w: &KbitWeight, opts: MmaOptions) -> Result<Plan> {
         if dtype == Dtype::F32 {
             return Err(Error::Mismatch { what: "mma_gemm dtype", left: "f32".into(), right: "f16 or bf16".into() });

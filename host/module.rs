@@ -26,6 +26,12 @@ pub const GRID_DEPENDENCY_MARKERS: [(&str, &str); 2] = [
 /// Whether kernels on a device of compute capability `cc` can be launched
 /// as programmatic dependents (sm_90 and newer: the previous kernel's tail
 /// overlaps this one's prologue).
+///
+/// ```
+/// use kbit::module::programmatic_launch;
+/// assert!(!programmatic_launch((8, 9)));
+/// assert!(programmatic_launch((9, 0)) && programmatic_launch((10, 0)));
+/// ```
 pub fn programmatic_launch(cc: (i32, i32)) -> bool {
     cc.0 >= 9
 }
@@ -33,6 +39,12 @@ pub fn programmatic_launch(cc: (i32, i32)) -> bool {
 /// Whether a device of compute capability `cc` runs the sm_90a module
 /// (warpgroup MMA): exactly sm_90 (H100, H200, H20). Code for sm_90a runs
 /// on no other architecture.
+///
+/// ```
+/// use kbit::module::has_wgmma;
+/// assert!(has_wgmma((9, 0)));
+/// assert!(!has_wgmma((8, 9)) && !has_wgmma((10, 0)));
+/// ```
 pub fn has_wgmma(cc: (i32, i32)) -> bool {
     cc == (9, 0)
 }
@@ -145,32 +157,70 @@ pub mod names {
     use crate::Dtype;
 
     /// `kbit_quantize_k{bits}_{dtype}`.
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// assert_eq!(names::quantize(4, Dtype::F16), "kbit_quantize_k4_f16");
+    /// ```
     pub fn quantize(bits: u32, dtype: Dtype) -> String {
         format!("kbit_quantize_k{bits}_{}", dtype.name())
     }
     /// `kbit_repack_k{bits}`.
+    ///
+    /// ```
+    /// assert_eq!(kbit::module::names::repack(3), "kbit_repack_k3");
+    /// ```
     pub fn repack(bits: u32) -> String {
         format!("kbit_repack_k{bits}")
     }
     /// `kbit_dequant_{flat|tiled}_k{bits}_{dtype}`.
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// assert_eq!(names::dequant(true, 4, Dtype::Bf16), "kbit_dequant_tiled_k4_bf16");
+    /// assert_eq!(names::dequant(false, 2, Dtype::F32), "kbit_dequant_flat_k2_f32");
+    /// ```
     pub fn dequant(tiled: bool, bits: u32, dtype: Dtype) -> String {
         format!("kbit_dequant_{}_k{bits}_{}", if tiled { "tiled" } else { "flat" }, dtype.name())
     }
     /// `kbit_mma_k{bits}_m{m_blocks}_n{tile_n}_{dtype}` (tensor-core GEMM).
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// assert_eq!(names::mma(4, 2, 128, Dtype::F16), "kbit_mma_k4_m2_n128_f16");
+    /// ```
     pub fn mma(bits: u32, m_blocks: u32, tile_n: u32, dtype: Dtype) -> String {
         format!("kbit_mma_k{bits}_m{m_blocks}_n{tile_n}_{}", dtype.name())
     }
     /// `kbit_mma_stream_k{bits}_m{m_blocks}_n128_{dtype}` (stream-K).
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// assert_eq!(names::mma_stream(4, 1, Dtype::Bf16), "kbit_mma_stream_k4_m1_n128_bf16");
+    /// ```
     pub fn mma_stream(bits: u32, m_blocks: u32, dtype: Dtype) -> String {
         format!("kbit_mma_stream_k{bits}_m{m_blocks}_n128_{}", dtype.name())
     }
     /// `kbit_mma_grouped_k{bits}_m{m_blocks}_n64_{dtype}` (grouped over
     /// MoE experts).
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// assert_eq!(names::mma_grouped(3, 1, Dtype::F16), "kbit_mma_grouped_k3_m1_n64_f16");
+    /// ```
     pub fn mma_grouped(bits: u32, m_blocks: u32, dtype: Dtype) -> String {
         format!("kbit_mma_grouped_k{bits}_m{m_blocks}_n{}_{}", super::MMA_GROUPED_TILE_N, dtype.name())
     }
     /// Every mma entry point, in the kernel table's order: grid-stride,
     /// stream-K, grouped.
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// let all = names::all_mma();
+    /// // 64 grid-stride, 12 stream-K and 32 grouped instances.
+    /// assert_eq!((all.len(), all[0].as_str()), (108, "kbit_mma_k2_m1_n64_f16"));
+    /// assert_eq!(all[64], names::mma_stream(2, 1, Dtype::F16));
+    /// ```
     pub fn all_mma() -> Vec<String> {
         let mut v = Vec::new();
         for bits in super::BITS {
@@ -199,12 +249,25 @@ pub mod names {
     /// `kbit_mma_kslots_k{bits}_n{cols}_{dtype}` (tensor-core GEMM, K-slot
     /// variant, `cols` = 8, 16 or 32 columns per block), or with `grouped`
     /// `kbit_mma_kslots_grouped_…` (the same over MoE experts).
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// assert_eq!(names::mma_kslots(4, 16, Dtype::F16, false), "kbit_mma_kslots_k4_n16_f16");
+    /// assert_eq!(names::mma_kslots(2, 32, Dtype::Bf16, true), "kbit_mma_kslots_grouped_k2_n32_bf16");
+    /// ```
     pub fn mma_kslots(bits: u32, cols: u32, dtype: Dtype, grouped: bool) -> String {
         let kind = if grouped { "_grouped" } else { "" };
         format!("kbit_mma_kslots{kind}_k{bits}_n{cols}_{}", dtype.name())
     }
     /// Every K-slot mma entry point, dense then grouped, in the kernel
     /// table's order.
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// let all = names::all_mma_kslots();
+    /// assert_eq!((all.len(), all[0].as_str()), (48, "kbit_mma_kslots_k2_n8_f16"));
+    /// assert_eq!(all[24], names::mma_kslots(2, 8, Dtype::F16, true));
+    /// ```
     pub fn all_mma_kslots() -> Vec<String> {
         let mut v = Vec::new();
         for grouped in [false, true] {
@@ -219,20 +282,42 @@ pub mod names {
         v
     }
     /// `kbit_selftest_mma_{f16|bf16}`.
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// assert_eq!(names::selftest_mma(Dtype::Bf16), "kbit_selftest_mma_bf16");
+    /// ```
     pub fn selftest_mma(dtype: Dtype) -> String {
         format!("kbit_selftest_mma_{}", dtype.name())
     }
     /// `kbit_grouped_dequant_k{bits}_{dtype}` (f16, bf16).
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// assert_eq!(names::grouped_dequant(5, Dtype::F16), "kbit_grouped_dequant_k5_f16");
+    /// ```
     pub fn grouped_dequant(bits: u32, dtype: Dtype) -> String {
         format!("kbit_grouped_dequant_k{bits}_{}", dtype.name())
     }
     /// `kbit_moe_gather_b16` / `kbit_moe_scatter_b16`.
+    ///
+    /// ```
+    /// use kbit::module::names::moe_rows;
+    /// assert_eq!(moe_rows(false), "kbit_moe_gather_b16");
+    /// assert_eq!(moe_rows(true), "kbit_moe_scatter_b16");
+    /// ```
     pub fn moe_rows(scatter: bool) -> String {
         format!("kbit_moe_{}_b16", if scatter { "scatter" } else { "gather" })
     }
     /// `kbit_gemv_m{m}_k{bits}_{dtype}` (scalar GEMV, block variant),
     /// `kbit_gemv_slots_m…` (column-slot variant), and their MoE forms
     /// `kbit_grouped_gemv_[slots_]m{max_m}_k{bits}_{dtype}`.
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// assert_eq!(names::gemv(false, false, 1, 4, Dtype::F16), "kbit_gemv_m1_k4_f16");
+    /// assert_eq!(names::gemv(true, true, 3, 2, Dtype::Bf16), "kbit_grouped_gemv_slots_m3_k2_bf16");
+    /// ```
     pub fn gemv(grouped: bool, slots: bool, m: usize, bits: u32, dtype: Dtype) -> String {
         format!(
             "kbit_{}gemv_{}m{m}_k{bits}_{}",
@@ -243,17 +328,35 @@ pub mod names {
     }
     /// `kbit_gemv_teams_m{m}_k{bits}_{dtype}`: the block variant with two
     /// teams per block (dense, m ≤ 2).
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// assert_eq!(names::gemv_teams(2, 4, Dtype::F16), "kbit_gemv_teams_m2_k4_f16");
+    /// ```
     pub fn gemv_teams(m: usize, bits: u32, dtype: Dtype) -> String {
         format!("kbit_gemv_teams_m{m}_k{bits}_{}", dtype.name())
     }
     /// `kbit_grouped_gemv_pairs_m{max_m}_k{bits}_{dtype}`: the grouped
     /// column-slot variant with two column groups per block.
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// assert_eq!(names::gemv_pairs(4, 3, Dtype::Bf16), "kbit_grouped_gemv_pairs_m4_k3_bf16");
+    /// ```
     pub fn gemv_pairs(m: usize, bits: u32, dtype: Dtype) -> String {
         format!("kbit_grouped_gemv_pairs_m{m}_k{bits}_{}", dtype.name())
     }
     /// Every GEMV entry point, in the kernel table's order: the four
     /// families of [`gemv`], then the two-team instances, then the pairs
     /// instances.
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// let all = names::all_gemv();
+    /// // 4 families × M 1..=4 × 4 widths × 2 dtypes, 16 two-team and 32 pairs instances.
+    /// assert_eq!((all.len(), all[0].as_str()), (176, "kbit_gemv_m1_k2_f16"));
+    /// assert_eq!(all[175], names::gemv_pairs(4, 5, Dtype::Bf16));
+    /// ```
     pub fn all_gemv() -> Vec<String> {
         let mut v = Vec::new();
         for slots in [false, true] {
@@ -286,12 +389,24 @@ pub mod names {
     /// `kbit_wgmma_k{bits}_{dtype}` (128 activation rows per block, `h =
     /// 1`) or `kbit_wgmma_m256_k{bits}_{dtype}` (256, `h = 2`): the
     /// warpgroup tensor-core GEMM of the sm_90a module.
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// assert_eq!(names::wgmma(4, Dtype::F16, 1), "kbit_wgmma_k4_f16");
+    /// assert_eq!(names::wgmma(4, Dtype::Bf16, 2), "kbit_wgmma_m256_k4_bf16");
+    /// ```
     pub fn wgmma(bits: u32, dtype: Dtype, h: u32) -> String {
         let rows = if h == 2 { "m256_" } else { "" };
         format!("kbit_wgmma_{rows}k{bits}_{}", dtype.name())
     }
     /// Every entry point of [`PTX_SM90A_ENTRIES`](super::PTX_SM90A_ENTRIES),
     /// in the kernel table's order (h, then bits, then dtype).
+    ///
+    /// ```
+    /// use kbit::module::names;
+    /// let all = names::all_wgmma();
+    /// assert_eq!((all.len(), all[0].as_str(), all[8].as_str()), (16, "kbit_wgmma_k2_f16", "kbit_wgmma_m256_k2_f16"));
+    /// ```
     pub fn all_wgmma() -> Vec<String> {
         let mut v = Vec::new();
         for h in [1, 2] {
@@ -304,6 +419,14 @@ pub mod names {
         v
     }
     /// Every entry point the host expects in [`PTX`](super::PTX).
+    ///
+    /// ```
+    /// use kbit::module::names;
+    /// let all = names::all();
+    /// assert_eq!((all.len(), all[0].as_str()), (384, "kbit_repack_k2"));
+    /// assert_eq!(all.iter().collect::<std::collections::HashSet<_>>().len(), all.len());
+    /// assert!(!all.iter().any(|n| n.starts_with("kbit_wgmma_"))); // those are in the sm_90a module
+    /// ```
     pub fn all() -> Vec<String> {
         let mut v = Vec::new();
         for bits in super::BITS {

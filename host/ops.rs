@@ -53,6 +53,18 @@ impl Context {
     /// bit-identical to [`crate::reference::repack`]. Asynchronous: an
     /// absmax out of E4M4 range is reported as [`Error::ScaleRange`] by the
     /// next [`Context::synchronize`] or download.
+    ///
+    /// ```no_run
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = kbit::Shape::new(64, 64)?;
+    /// # let w: Vec<f32> = (0..shape.numel()).map(|i| (i as f32).sin()).collect();
+    /// # let flat = kbit::reference::quantize(&w, shape, &kbit::Codebook::nf(4)?)?;
+    /// let on_gpu = ctx.upload_flat(&flat)?;
+    /// let weight = ctx.repack(&on_gpu, kbit::ScaleMode::Strict)?;
+    /// ctx.synchronize()?; // reports an absmax out of E4M4 range, if any
+    /// assert_eq!(ctx.download(&weight)?, kbit::reference::repack(&flat, kbit::ScaleMode::Strict)?);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn repack(&self, flat: &DeviceFlatWeight, mode: ScaleMode) -> Result<KbitWeight> {
         let s = self.stream();
         let shape = flat.shape;
@@ -79,6 +91,19 @@ impl Context {
 
     /// Dequantizes a flat weight into `out` (`N·K` elements, row-major,
     /// 16-byte aligned), bit-identical to [`crate::reference::dequantize_flat`].
+    ///
+    /// ```no_run
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = kbit::Shape::new(64, 64)?;
+    /// # let w: Vec<f32> = (0..shape.numel()).map(|i| (i as f32).sin()).collect();
+    /// # let flat = kbit::reference::quantize(&w, shape, &kbit::Codebook::nf(4)?)?;
+    /// let on_gpu = ctx.upload_flat(&flat)?;
+    /// let mut dense = ctx.stream().alloc_zeros::<f32>(shape.numel())?;
+    /// ctx.dequantize_flat(&on_gpu, &mut dense)?;
+    /// let back: Vec<f32> = ctx.stream().clone_dtoh(&dense)?;
+    /// assert_eq!(back, kbit::reference::dequantize_flat::<f32>(&flat));
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn dequantize_flat<T: Element>(&self, w: &DeviceFlatWeight, out: &mut impl DevicePtrMut<T>) -> Result<()> {
         self.dequant_launch::<T, f32>(LayoutKind::Flat, w.shape, w.bits(), &w.packed, &w.absmax, &w.cb, out)
     }
@@ -131,6 +156,16 @@ impl Context {
     /// through `cp.async`, `ldmatrix` and `mma.m16n8k16` on one warp, with
     /// f16 or bf16 inputs (as raw bits) and f32 output. Synchronizes. It
     /// checks the fragment layouts the GEMM kernels build on.
+    ///
+    /// ```no_run
+    /// # let ctx = kbit::Context::new(0)?;
+    /// let bits = |x: f32| half::f16::from_f32(x).to_bits();
+    /// let a: [u16; 256] = std::array::from_fn(|i| bits(if i / 16 == i % 16 { 1.0 } else { 0.0 })); // A = I
+    /// let w: [u16; 128] = std::array::from_fn(|i| bits(i as f32)); // W[j][k] = 16j + k
+    /// let c = ctx.mma_selftest(kbit::Dtype::F16, &a, &w)?; // C[16, 8], row-major
+    /// assert!((0..128).all(|i| c[i] == (i % 8 * 16 + i / 8) as f32)); // C[i][j] = W[j][i]
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn mma_selftest(&self, dtype: Dtype, a: &[u16; 256], w: &[u16; 128]) -> Result<Vec<f32>> {
         let f = match dtype {
             Dtype::F16 => &self.kernels.selftest_mma[0],

@@ -72,6 +72,13 @@ pub struct TileConfig {
 
 impl TileConfig {
     /// Whether this instance runs wide stages ([`geo::wide_stages`]).
+    ///
+    /// ```
+    /// use kbit::splitk::TileConfig;
+    /// let tile = TileConfig { m_blocks: 1, tile_n: 128, tile_slots: 11, blocks_per_sm: 2 };
+    /// assert!(tile.wide_stages());
+    /// assert!(!TileConfig { tile_n: 64, ..tile }.wide_stages() && !TileConfig { m_blocks: 3, ..tile }.wide_stages());
+    /// ```
     pub fn wide_stages(&self) -> bool {
         geo::wide_stages(self.m_blocks, self.tile_n / 32)
     }
@@ -128,29 +135,76 @@ pub struct Plan {
 
 impl Plan {
     /// K tiles of split `s`.
+    ///
+    /// ```
+    /// use kbit::splitk::{Limits, Splits, TileConfig, plan};
+    /// let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 16, blocks_per_sm: 1 };
+    /// let limits = Limits { workspace_f32: kbit::SPLITK_WORKSPACE_F32, counters: kbit::SPLITK_COUNTERS };
+    /// let p = plan(8, 200, 2080, 4, 4, tile, Splits::Fixed(3), limits)?; // 4 × 33 tiles, 3 splits of 11
+    /// assert_eq!((p.split_range(0), p.split_range(2)), (0..11, 22..33));
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn split_range(&self, s: u32) -> Range<u32> {
         let start = s * self.tiles_per_split;
         start..(start + self.tiles_per_split).min(self.k_tiles)
     }
 
     /// (n tile, split) of work item `i`, as the kernel decodes it.
+    ///
+    /// ```
+    /// use kbit::splitk::{Limits, Splits, TileConfig, plan};
+    /// let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 16, blocks_per_sm: 1 };
+    /// let limits = Limits { workspace_f32: kbit::SPLITK_WORKSPACE_F32, counters: kbit::SPLITK_COUNTERS };
+    /// let p = plan(8, 200, 2080, 4, 4, tile, Splits::Fixed(3), limits)?; // 4 × 33 tiles, 3 splits of 11
+    /// assert_eq!((p.item(0), p.item(7), p.item(11)), ((0, 0), (2, 1), (3, 2)));
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn item(&self, i: u32) -> (u32, u32) {
         (i / self.splits, i % self.splits)
     }
 
     /// Work items of block `b` of the persistent grid.
+    ///
+    /// ```
+    /// use kbit::splitk::{Limits, Splits, TileConfig, plan};
+    /// let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 16, blocks_per_sm: 1 };
+    /// let limits = Limits { workspace_f32: kbit::SPLITK_WORKSPACE_F32, counters: kbit::SPLITK_COUNTERS };
+    /// let p = plan(8, 200, 2080, 4, 4, tile, Splits::Fixed(3), limits)?; // 4 × 33 tiles, 3 splits of 11
+    /// assert_eq!((p.items, p.grid), (12, 4));
+    /// assert_eq!(p.block_items(1).collect::<Vec<_>>(), [1, 5, 9]);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn block_items(&self, b: u32) -> impl Iterator<Item = u32> + use<> {
         (b..self.items).step_by(self.grid.max(1) as usize)
     }
 
     /// Stream-K: the blocks whose ranges cover part of n tile `t` (its
     /// pieces, in reduction order).
+    ///
+    /// ```
+    /// use kbit::splitk::{Limits, Splits, TileConfig, plan};
+    /// let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 16, blocks_per_sm: 1 };
+    /// let limits = Limits { workspace_f32: kbit::SPLITK_WORKSPACE_F32, counters: kbit::SPLITK_COUNTERS };
+    /// let p = plan(8, 192, 640, 4, 4, tile, Splits::Stream, limits)?; // 3 × 10 tiles in 8, 8, 8, 6
+    /// assert_eq!((p.tile_blocks(0), p.tile_blocks(1), p.tile_blocks(2)), (0..=1, 1..=2, 2..=3));
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn tile_blocks(&self, t: u32) -> std::ops::RangeInclusive<u32> {
         let p = self.tiles_per_split.max(1);
         (t * self.k_tiles / p)..=(((t + 1) * self.k_tiles - 1) / p)
     }
 
     /// Stream-K: block `b`'s pieces, as (n tile, K-tile range), in order.
+    ///
+    /// ```
+    /// use kbit::splitk::{Limits, Splits, TileConfig, plan};
+    /// let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 16, blocks_per_sm: 1 };
+    /// let limits = Limits { workspace_f32: kbit::SPLITK_WORKSPACE_F32, counters: kbit::SPLITK_COUNTERS };
+    /// let p = plan(8, 192, 640, 4, 4, tile, Splits::Stream, limits)?; // 3 × 10 tiles in 8, 8, 8, 6
+    /// assert_eq!(p.block_pieces(0), [(0, 0..8)]);
+    /// assert_eq!(p.block_pieces(1), [(0, 8..10), (1, 0..6)]);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn block_pieces(&self, b: u32) -> Vec<(u32, Range<u32>)> {
         let total = self.n_tiles * self.k_tiles;
         let (mut g, end) = (b * self.tiles_per_split, ((b + 1) * self.tiles_per_split).min(total));
@@ -165,6 +219,15 @@ impl Plan {
     }
 
     /// Columns of n tile `t`.
+    ///
+    /// ```
+    /// use kbit::splitk::{Limits, Splits, TileConfig, plan};
+    /// let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 16, blocks_per_sm: 1 };
+    /// let limits = Limits { workspace_f32: kbit::SPLITK_WORKSPACE_F32, counters: kbit::SPLITK_COUNTERS };
+    /// let p = plan(8, 200, 2080, 4, 4, tile, Splits::Fixed(3), limits)?; // 4 × 33 tiles, 3 splits of 11
+    /// assert_eq!((p.tile_columns(0), p.tile_columns(3)), (0..64, 192..200));
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn tile_columns(&self, t: u32) -> Range<u32> {
         let start = t * self.tile.tile_n;
         start..(start + self.tile.tile_n).min(self.n)
@@ -172,6 +235,16 @@ impl Plan {
 
     /// K-tile ranges of the pipeline stages of split `s`, in order, as the
     /// kernel's cursors walk them: `min(KT, end − kt)` tiles each.
+    ///
+    /// ```
+    /// use kbit::splitk::{Limits, Splits, TileConfig, plan};
+    /// let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 16, blocks_per_sm: 1 };
+    /// let limits = Limits { workspace_f32: kbit::SPLITK_WORKSPACE_F32, counters: kbit::SPLITK_COUNTERS };
+    /// let p = plan(8, 200, 2080, 4, 4, tile, Splits::Fixed(3), limits)?; // 4 × 33 tiles, 3 splits of 11
+    /// assert_eq!(p.stage_tiles, 4);
+    /// assert_eq!(p.split_stages(2).collect::<Vec<_>>(), [22..26, 26..30, 30..33]);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn split_stages(&self, s: u32) -> impl Iterator<Item = Range<u32>> + use<> {
         let r = self.split_range(s);
         let kt = self.stage_tiles.max(1);
@@ -181,6 +254,16 @@ impl Plan {
     /// This plan for a grid that leaves every block alone on its SM, with
     /// `tile_slots` K-tile slots (the SM's shared memory) cut into stages as
     /// [`stage_shape`] does; splits, items and grid unchanged.
+    ///
+    /// ```
+    /// use kbit::splitk::{Limits, Splits, TileConfig, plan};
+    /// let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 4, blocks_per_sm: 2 };
+    /// let limits = Limits { workspace_f32: kbit::SPLITK_WORKSPACE_F32, counters: kbit::SPLITK_COUNTERS };
+    /// let p = plan(8, 200, 2080, 4, 132, tile, Splits::Fixed(3), limits)?;
+    /// let a = p.alone(16, 4);
+    /// assert_eq!((p.stage_tiles, a.stage_tiles, a.stages, a.tile.blocks_per_sm, a.grid), (1, 4, 4, 1, p.grid));
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn alone(mut self, tile_slots: u32, bits: u32) -> Plan {
         self.tile.tile_slots = tile_slots;
         self.tile.blocks_per_sm = 1;
@@ -197,6 +280,16 @@ impl Plan {
     /// # Errors
     /// [`Error::SplitK`] if `stage_tiles` is outside
     /// 1..=[`geo::MAX_STAGE_TILES`] or two such stages do not fit.
+    ///
+    /// ```
+    /// use kbit::splitk::{Limits, Splits, TileConfig, plan};
+    /// let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 16, blocks_per_sm: 1 };
+    /// let limits = Limits { workspace_f32: kbit::SPLITK_WORKSPACE_F32, counters: kbit::SPLITK_COUNTERS };
+    /// let p = plan(8, 200, 2080, 4, 4, tile, Splits::Fixed(3), limits)?; // 4 × 33 tiles, 3 splits of 11
+    /// let q = p.with_stage_tiles(2, 4)?; // from 4 stages of 4 K tiles
+    /// assert!((q.stage_tiles, q.stages) == (2, 8) && p.with_stage_tiles(5, 4).is_err());
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn with_stage_tiles(mut self, stage_tiles: u32, bits: u32) -> Result<Plan> {
         let stages = self.tile.tile_slots / stage_tiles.max(1);
         if !(geo::MIN_STAGE_TILES..=geo::MAX_STAGE_TILES).contains(&stage_tiles) || stages < geo::MIN_STAGES {
@@ -234,6 +327,15 @@ const PREFERRED_STAGES: u32 = 3;
 /// stages of 2 and 1: one barrier and one wait less per item, which the
 /// short items of small matrices feel (2048×512 at M = 5, 11 splits of 3
 /// tiles, k = 5: 4.93 µs in stages of 2, 4.62 µs in one stage of 4).
+///
+/// ```
+/// use kbit::splitk::stage_shape;
+/// // 34 slots of 64 columns: stages of 4 K tiles; an item of 3 tiles is one partial stage.
+/// assert_eq!(stage_shape(34, 64, false, 3), (4, 8));
+/// assert_eq!(stage_shape(34, 64, false, 2), (2, 12));
+/// // Wide stages: 4 tiles of 128 columns while two such stages fit.
+/// assert_eq!(stage_shape(11, 128, true, 32), (4, 2));
+/// ```
 pub fn stage_shape(tile_slots: u32, tile_n: u32, wide: bool, tiles_per_split: u32) -> (u32, u32) {
     let (columns, fewest) =
         if wide { (2 * STAGE_TILE_COLUMNS, geo::MIN_STAGES) } else { (STAGE_TILE_COLUMNS, PREFERRED_STAGES) };
@@ -246,6 +348,14 @@ pub fn stage_shape(tile_slots: u32, tile_n: u32, wide: bool, tiles_per_split: u3
 
 /// `(splits, tiles_per_split)` for a requested split count: every split
 /// non-empty, at least one.
+///
+/// ```
+/// use kbit::splitk::normalize_splits;
+/// // 33 splits of 100 K tiles would leave the last one empty: 25 splits of 4.
+/// assert_eq!(normalize_splits(100, 33), (25, 4));
+/// assert_eq!(normalize_splits(128, 132), (128, 1));
+/// assert_eq!(normalize_splits(1, 0), (1, 1));
+/// ```
 pub fn normalize_splits(k_tiles: u32, requested: u32) -> (u32, u32) {
     let s = requested.clamp(1, k_tiles.max(1));
     let tps = k_tiles.div_ceil(s).max(1);
@@ -269,6 +379,15 @@ pub fn normalize_splits(k_tiles: u32, requested: u32) -> (u32, u32) {
 /// (one slot ≈ `8·m_blocks / (6·bits)` tile loads at L2's ~6× per-SM
 /// bandwidth, i.e. `4·m_blocks / (3·bits)`), plus a fixed cost for the
 /// reduction's latency.
+///
+/// ```
+/// use kbit::splitk::{TileConfig, cost};
+/// let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 16, blocks_per_sm: 2 };
+/// // 160 items of 32 K tiles on 132 SMs: the busiest SM streams two.
+/// assert_eq!(cost(160, 32, 1, 132, tile, 4), 64.0);
+/// // 6 K tiles end in a partial stage (KT = 4) and cost one tile more.
+/// assert_eq!(cost(1, 6, 1, 132, tile, 4), 7.0);
+/// ```
 pub fn cost(n_tiles: u32, k_tiles: u32, splits: u32, sm_count: u32, tile: TileConfig, bits: u32) -> f64 {
     let m_blocks = tile.m_blocks;
     let (splits, tps) = normalize_splits(k_tiles, splits);
@@ -302,6 +421,15 @@ pub fn cost(n_tiles: u32, k_tiles: u32, splits: u32, sm_count: u32, tile: TileCo
 /// Estimated duration of a stream-K plan in the units of [`cost`]: each of
 /// an SM's blocks streams its P iterations and publishes up to two partial
 /// pieces (its first and last n tiles), plus the reduction's latency.
+///
+/// ```
+/// use kbit::splitk::{Limits, Splits, TileConfig, plan, stream_cost};
+/// let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 16, blocks_per_sm: 1 };
+/// let limits = Limits { workspace_f32: kbit::SPLITK_WORKSPACE_F32, counters: kbit::SPLITK_COUNTERS };
+/// let p = plan(8, 192, 640, 4, 4, tile, Splits::Stream, limits)?; // 3 × 10 tiles in 8, 8, 8, 6
+/// assert_eq!(stream_cost(&p), 14.0); // 8 iterations, 2 pieces of 2, a reduction of 2
+/// # Ok::<(), kbit::Error>(())
+/// ```
 pub fn stream_cost(plan: &Plan) -> f64 {
     let bps = plan.tile.blocks_per_sm.max(1) as f64;
     bps * (plan.tiles_per_split as f64 + 2.0 * SPLIT_ITEM_COST) + SPLIT_FIXED_COST
@@ -353,6 +481,16 @@ const AUTO_MAX_SPLITS: u32 = 64;
 /// 1..=4), [`Error::OutFeatures`] / [`Error::InFeatures`] for bad N / K,
 /// [`Error::SplitK`] for a zero SM count, `Fixed(0)`, a bad tile
 /// configuration, or a fixed split count the workspace cannot hold.
+///
+/// ```
+/// use kbit::splitk::{Limits, Splits, TileConfig, plan};
+/// let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 16, blocks_per_sm: 1 };
+/// let limits = Limits { workspace_f32: kbit::SPLITK_WORKSPACE_F32, counters: kbit::SPLITK_COUNTERS };
+/// let p = plan(8, 200, 2080, 4, 4, tile, Splits::Fixed(3), limits)?; // 4 × 33 tiles, 3 splits of 11
+/// let covered: usize = (0..p.items).map(|i| p.split_range(p.item(i).1).len()).sum();
+/// assert_eq!((p.splits, p.items, covered), (3, 12, (p.n_tiles * p.k_tiles) as usize)); // every tile once
+/// # Ok::<(), kbit::Error>(())
+/// ```
 #[allow(clippy::too_many_arguments)] // the problem's dimensions, spelled out
 pub fn plan(
     m: usize,
@@ -495,6 +633,14 @@ pub fn plan(
 /// (at least 2, at most [`geo::MAX_TILE_SLOTS`]); `None` if even 2 do not fit.
 /// `reserved` is the driver's per-block reservation (1 KiB on sm_80+).
 /// [`stage_shape`] later cuts the slots into stages per launch.
+///
+/// ```
+/// use kbit::splitk::slots_for;
+/// // An H100 (227 KiB per block, 228 KiB per SM), k = 4, 1 m block, 128 columns:
+/// assert_eq!(slots_for(4, 1, 128, 232_448, 233_472, 1024, 2), Some((11, 2)));
+/// assert_eq!(slots_for(4, 1, 128, 232_448, 233_472, 1024, 1), Some((29, 1)));
+/// assert_eq!(slots_for(4, 1, 64, 4096, 4096, 1024, 3), None);
+/// ```
 pub fn slots_for(
     bits: u32,
     m_blocks: u32,

@@ -61,6 +61,15 @@ fn slot(bits: u32, dtype: Dtype, halves: u32) -> usize {
 impl Context {
     /// Whether this device runs [`Context::wgmma_gemm`]: sm_90 (the
     /// warpgroup MMA instructions exist on no other architecture).
+    ///
+    /// ```no_run
+    /// let ctx = kbit::Context::new(0)?;
+    /// assert_eq!(ctx.has_wgmma(), ctx.info().compute_capability == (9, 0));
+    /// if ctx.has_wgmma() {
+    ///     println!("{}: the warpgroup GEMM serves large M", ctx.info().name);
+    /// }
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn has_wgmma(&self) -> bool {
         !self.kernels.wgmma.is_empty()
     }
@@ -126,6 +135,24 @@ impl Context {
     /// and block rows (`opts.splits`, `opts.sm_count_override`,
     /// `opts.tile_rows`; see [`wgmma_plan::plan`]); returns the plan it
     /// launched.
+    ///
+    /// ```no_run
+    /// use kbit::{MmaOptions, Splits};
+    /// # use half::f16;
+    /// # let ctx = kbit::Context::new(0)?;
+    /// # let shape = kbit::Shape::new(4096, 2048)?;
+    /// # let w = ctx.stream().alloc_zeros::<f16>(shape.numel())?;
+    /// # let weight = ctx.repack(&ctx.quantize(&w, shape, &kbit::Codebook::nf(4)?)?, kbit::ScaleMode::Strict)?;
+    /// # let x = ctx.stream().clone_htod(&vec![f16::from_f32(0.5); 512 * shape.k])?;
+    /// # let mut y = ctx.stream().alloc_zeros::<f16>(512 * shape.n)?;
+    /// let opts = MmaOptions { splits: Splits::Fixed(2), tile_rows: Some(128), ..MmaOptions::default() };
+    /// if ctx.has_wgmma() {
+    ///     let plan = ctx.wgmma_gemm_with(&x, 512, &weight, &mut y, opts)?;
+    ///     assert_eq!(plan.halves, 1); // 128 activation rows per block
+    ///     println!("{} blocks, {} of {} tiles split", plan.blocks, plan.split_tiles(), plan.tiles());
+    /// }
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Context::wgmma_gemm`], plus [`Error::SplitK`] for `Fixed(0)`,

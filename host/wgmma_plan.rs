@@ -42,6 +42,12 @@ pub struct Slots(pub [u32; geo::MAX_SPLITS as usize + 1]);
 impl Slots {
     /// `sm_count` SMs of one block each, clusters placed anywhere: the
     /// largest multiple of the cluster size (planning for another GPU).
+    ///
+    /// ```
+    /// use kbit::wgmma_plan::Slots;
+    /// let s = Slots::uniform(132);
+    /// assert_eq!((s.get(1), s.get(4), s.get(5), s.get(8)), (132, 132, 130, 128));
+    /// ```
     pub fn uniform(sm_count: u32) -> Slots {
         Slots(core::array::from_fn(|s| {
             let s = (s as u32).max(1);
@@ -51,6 +57,13 @@ impl Slots {
 
     /// Resident blocks with clusters of `splits` blocks (at least one
     /// cluster).
+    ///
+    /// ```
+    /// use kbit::wgmma_plan::Slots;
+    /// let h100 = Slots([132, 132, 132, 117, 120, 110, 102, 105, 120]);
+    /// assert_eq!((h100.get(0), h100.get(6), h100.get(20)), (132, 102, 120));
+    /// assert_eq!(Slots::uniform(2).get(8), 8); // one cluster at least
+    /// ```
     pub fn get(&self, splits: u32) -> u32 {
         let s = splits.clamp(1, geo::MAX_SPLITS);
         self.0[s as usize].max(s)
@@ -86,21 +99,59 @@ pub struct WgmmaPlan {
 
 impl WgmmaPlan {
     /// Output tiles.
+    ///
+    /// ```
+    /// use kbit::splitk::Splits;
+    /// use kbit::wgmma_plan::{Slots, plan};
+    /// let h100 = Slots([132, 132, 132, 117, 120, 110, 102, 105, 120]);
+    /// let p = plan(128, 2048, 5120, &h100, Splits::Auto, None)?;
+    /// assert_eq!((p.row_tiles, p.col_tiles, p.tiles()), (1, 16, 16));
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn tiles(&self) -> u32 {
         self.row_tiles * self.col_tiles
     }
 
     /// Tiles cut along K.
+    ///
+    /// ```
+    /// use kbit::splitk::Splits;
+    /// use kbit::wgmma_plan::{Slots, plan};
+    /// let h100 = Slots([132, 132, 132, 117, 120, 110, 102, 105, 120]);
+    /// let p = plan(128, 2048, 5120, &h100, Splits::Auto, None)?;
+    /// assert_eq!((p.full, p.splits, p.split_tiles()), (0, 6, 16));
+    /// assert_eq!(plan(128, 2048, 5120, &h100, Splits::Fixed(1), None)?.split_tiles(), 0);
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn split_tiles(&self) -> u32 {
         if self.splits > 1 { self.tiles() - self.full } else { 0 }
     }
 
     /// What block `b` computes, as the kernel decodes it.
+    ///
+    /// ```
+    /// use kbit::splitk::Splits;
+    /// use kbit::wgmma_plan::{Slots, plan};
+    /// let h100 = Slots([132, 132, 132, 117, 120, 110, 102, 105, 120]);
+    /// let p = plan(128, 2048, 5120, &h100, Splits::Auto, None)?;
+    /// let w = p.work(7); // 80 K tiles in 6 splits of 14: split 1 of tile 1
+    /// assert_eq!((w.tile, w.split, w.splits, w.kt0, w.kt1), (1, 1, 6, 14, 28));
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn work(&self, b: u32) -> Work {
         geo::work(b, self.full, self.splits, self.tiles_per_split, self.k_tiles)
     }
 
     /// Activation rows of tile `t`.
+    ///
+    /// ```
+    /// use kbit::splitk::Splits;
+    /// use kbit::wgmma_plan::{Slots, plan};
+    /// // 300 rows in tiles of 128 (3 row tiles) × 2 column tiles, in row order.
+    /// let p = plan(300, 256, 1024, &Slots::uniform(132), Splits::Fixed(1), Some(128))?;
+    /// assert_eq!((p.tile_rows(0), p.tile_rows(2), p.tile_rows(3)), (0..128, 256..300, 0..128));
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn tile_rows(&self, t: u32) -> Range<u32> {
         let rows = geo::tile_m(self.halves);
         let start = (t % self.row_tiles) * rows;
@@ -108,6 +159,15 @@ impl WgmmaPlan {
     }
 
     /// Weight columns (outputs) of tile `t`.
+    ///
+    /// ```
+    /// use kbit::splitk::Splits;
+    /// use kbit::wgmma_plan::{Slots, plan};
+    /// // 300 rows in tiles of 128 (3 row tiles) × 2 column tiles, in row order.
+    /// let p = plan(300, 256, 1024, &Slots::uniform(132), Splits::Fixed(1), Some(128))?;
+    /// assert_eq!((p.tile_columns(2), p.tile_columns(3), p.tile_columns(5)), (0..128, 128..256, 128..256));
+    /// # Ok::<(), kbit::Error>(())
+    /// ```
     pub fn tile_columns(&self, t: u32) -> Range<u32> {
         let start = (t / self.row_tiles) * geo::TILE_N;
         start..(start + geo::TILE_N).min(self.n)
@@ -144,6 +204,14 @@ const HALVES_2_TILE: f64 = 1.25;
 /// whole tiles, then waves of split blocks (the whole tiles run in
 /// clusters of `splits` as well); a split block parks and reads a partial
 /// of `halves` × 64 KiB.
+///
+/// ```
+/// use kbit::wgmma_plan::{Slots, cost};
+/// let h100 = Slots([132, 132, 132, 117, 120, 110, 102, 105, 120]);
+/// // 16 tiles of 80 K tiles: whole (82 K-tile times) or in 6 splits of 14 (20).
+/// assert_eq!(cost(16, 80, 16, 1, 1, &h100), 82.0);
+/// assert_eq!(cost(16, 80, 0, 6, 1, &h100), 20.0);
+/// ```
 pub fn cost(tiles: u32, k_tiles: u32, full: u32, splits: u32, halves: u32, slots: &Slots) -> f64 {
     let (splits, tps) = normalize_splits(k_tiles, splits);
     let at_once = slots.get(splits) as u64;
@@ -172,6 +240,15 @@ pub fn cost(tiles: u32, k_tiles: u32, full: u32, splits: u32, halves: u32, slots
 /// [`Error::SplitK`] for no resident block, `Fixed(0)`, `Fixed(s)` with `s`
 /// over [`geo::MAX_SPLITS`], stream-K (not a policy of this kernel), or
 /// `tile_rows` other than 128 and 256.
+///
+/// ```
+/// use kbit::splitk::Splits;
+/// use kbit::wgmma_plan::{Slots, plan};
+/// let p = plan(512, 4096, 4096, &Slots::uniform(132), Splits::Fixed(2), Some(256))?;
+/// assert_eq!((p.halves, p.tiles(), p.splits, p.tiles_per_split, p.blocks), (2, 64, 2, 32, 128));
+/// assert!(plan(512, 4096, 4096, &Slots::uniform(132), Splits::Stream, None).is_err());
+/// # Ok::<(), kbit::Error>(())
+/// ```
 pub fn plan(m: usize, n: usize, k: usize, slots: &Slots, splits: Splits, tile_rows: Option<u32>) -> Result<WgmmaPlan> {
     let grid_max = i32::MAX as u64;
     if m == 0 || m > grid_max as usize {

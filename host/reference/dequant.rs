@@ -29,6 +29,16 @@ pub fn dequantize_flat<T: Element>(w: &FlatWeight) -> Vec<T> {
 
 /// Dequantizes a runtime-layout weight to a dense row-major `[N, K]` matrix,
 /// with the E4M4-decoded scales.
+///
+/// ```
+/// let shape = kbit::Shape::new(1, 32)?;
+/// let w: Vec<f32> = (0..32).map(|i| i as f32 / 8.0 - 2.0).collect();
+/// let flat = kbit::reference::quantize(&w, shape, &kbit::Codebook::nf(4)?)?;
+/// let tiled = kbit::reference::repack(&flat, kbit::ScaleMode::Strict)?;
+/// let back: Vec<f32> = kbit::reference::dequantize_tiled(&tiled);
+/// assert_eq!(back, kbit::reference::dequantize_flat::<f32>(&flat)); // absmax 2.0 is exact in E4M4
+/// # Ok::<(), kbit::Error>(())
+/// ```
 pub fn dequantize_tiled<T: Element>(w: &TiledWeight) -> Vec<T> {
     let shape = w.shape();
     let bits = w.codebook().bits() as usize;
