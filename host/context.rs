@@ -90,12 +90,8 @@ impl Context {
     /// # Ok::<(), kbit::Error>(())
     /// ```
     pub fn new(ordinal: usize) -> Result<Self> {
-        // cudarc's dynamic loader panics if libcuda is absent: ask first.
-        if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            return Err(Error::NoDevice("the CUDA driver library (libcuda.so) is not installed".into()));
-        }
-        let count = CudaContext::device_count().map_err(|e| Error::NoDevice(e.to_string()))?;
-        if ordinal >= count.max(0) as usize {
+        let count = Self::device_count()?;
+        if ordinal >= count {
             return Err(Error::NoDevice(format!("device {ordinal} requested, {count} present")));
         }
         let ctx = CudaContext::new(ordinal)?;
@@ -105,6 +101,27 @@ impl Context {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream()?;
         Self::with_stream(stream)
+    }
+
+    /// The number of CUDA devices, without opening any (nothing is loaded).
+    ///
+    /// # Errors
+    /// [`Error::NoDevice`] when the CUDA driver library is not installed or
+    /// the driver cannot count its devices.
+    ///
+    /// ```
+    /// match kbit::Context::device_count() {
+    ///     Ok(n) => println!("{n} CUDA device(s)"),
+    ///     Err(e) => println!("no CUDA driver here: {e}"),
+    /// }
+    /// ```
+    pub fn device_count() -> Result<usize> {
+        // cudarc's dynamic loader panics if libcuda is absent: ask first.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(Error::NoDevice("the CUDA driver library (libcuda.so) is not installed".into()));
+        }
+        let count = CudaContext::device_count().map_err(|e| Error::NoDevice(e.to_string()))?;
+        Ok(count.max(0) as usize)
     }
 
     /// Uses an existing stream (e.g. one shared with candle or another

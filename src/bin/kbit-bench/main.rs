@@ -39,9 +39,7 @@ fn main() {
     }
     // Loading the module is silent and, the first time on a machine, slow:
     // say so where there is a GPU to load it on.
-    let gpu_present = unsafe { cudarc::driver::sys::is_culib_present() }
-        && cudarc::driver::CudaContext::device_count().is_ok_and(|n| n > 0);
-    if gpu_present {
+    if Context::device_count().is_ok_and(|n| n > 0) {
         eprintln!(
             "kbit-bench: loading the kernels (the first run on a machine can take a minute: \
              the driver compiles the PTX for this GPU and caches the result)"
