@@ -492,14 +492,23 @@ fn gemv_matches_the_cpu_model_bit_for_bit() {
 /// with two teams of warps per block (one block per SM); the result is
 /// still bit-identical to the documented summation order. N is derived
 /// from this GPU's SM count so that the shape qualifies on any GPU, with a
-/// column tail (N % 32 = 7), and K = 2080 has a zero half tile.
+/// column tail (N % 32 = 7 or 23), and K = 2080 has a zero half tile.
+/// Both N leave a partial last round of column blocks (1, and half the
+/// SMs plus one), which at k = 2 runs as 16-column groups on a second
+/// launch (`g::split_last_round`): one group with 7 columns, and groups
+/// past N.
 #[test]
 fn gemv_two_teams_match_the_cpu_model() {
     let test = "gemv_two_teams_match_the_cpu_model";
     let Some(ctx) = common::gpu(test) else { return };
     let mut rng = common::rng(test);
-    let n = 4 * ctx.info().sm_count as usize * 32 + 7;
-    for k in [2080usize, 8192] {
+    let sms = ctx.info().sm_count as usize;
+    let (n1, n2) = (4 * sms * 32 + 7, (4 * sms + sms / 2) * 32 + 23);
+    for &n in &[n1, n2] {
+        let whole = g::split_last_round(n.div_ceil(32) as u32, 2 * sms as u32);
+        assert_eq!(whole, Some(4 * sms as u32), "{n}");
+    }
+    for (k, n) in [(2080usize, n1), (2080, n2), (8192, n1)] {
         let shape = Shape::new(n, k).unwrap();
         assert!(!g::uses_slots(n, k));
         shape_matches_model(&ctx, &mut rng, shape, 2);

@@ -161,6 +161,39 @@ pub const COL_GROUPS: u32 = 2;
 /// Output columns per block.
 pub const BLOCK_COLS: u32 = 16 * COL_GROUPS;
 
+/// Where a dense call of `col_blocks` column blocks on a persistent grid
+/// of `virtual_blocks` (blocks × teams) splits off its last round:
+/// `Some(whole)` when that round is partial and at most half full, i.e.
+/// the grid computes column blocks `0 .. whole` and the remaining ones go
+/// to a second launch as 16-column groups, one block each; `None` when
+/// the whole rounds cover the matrix, or the last round keeps more than
+/// half the grid busy. The kernels and the host apply it alike (where the
+/// host splits: k = 2, M ≤ 2).
+///
+/// Run by the grid, such a round leaves each busy SM one column block on
+/// 16 warps, bound by the latency of its own chain rather than by the
+/// memory stream (Llama-3-70B gate/up: 896 column blocks on 264 virtual
+/// blocks leave 104 for a fourth round); as groups, twice the blocks take
+/// half the work each, but the second launch pays its own prologue (the
+/// decode table, the activations). A group is summed exactly as in a whole
+/// column block (the summation order above), so the split does not change
+/// a result.
+///
+/// ```
+/// use kbit_format::gemv::split_last_round;
+/// assert_eq!(split_last_round(896, 264), Some(792));
+/// assert_eq!(split_last_round(792, 264), None); // whole rounds
+/// assert_eq!(split_last_round(448, 264), None); // 184 of 264: more than half
+/// assert_eq!(split_last_round(100, 264), None); // no whole round
+/// ```
+pub const fn split_last_round(col_blocks: u32, virtual_blocks: u32) -> Option<u32> {
+    if virtual_blocks == 0 || col_blocks < virtual_blocks {
+        return None;
+    }
+    let last = col_blocks % virtual_blocks;
+    if last == 0 || 2 * last > virtual_blocks { None } else { Some(col_blocks - last) }
+}
+
 /// Most warps (K slots) per block: 512 threads, so every instance must fit
 /// in 128 registers.
 pub const MAX_WARPS: u32 = 16;

@@ -157,3 +157,26 @@ fn tile_indices_cover_each_slot_once() {
         assert_eq!(seen.iter().filter(|&&c| c == 0).count(), expected_pad);
     }
 }
+
+/// The last-round split of the dense GEMV takes only partial rounds of at
+/// most half the grid, and leaves whole rounds to the grid.
+#[test]
+fn gemv_last_round_split_is_a_partial_round() {
+    use kbit_format::gemv::split_last_round;
+    for slots in [1u32, 2, 3, 132, 263, 264, 528] {
+        for col_blocks in 0..=5 * slots + 3 {
+            match split_last_round(col_blocks, slots) {
+                Some(whole) => {
+                    let last = col_blocks - whole;
+                    assert!(whole >= slots && whole % slots == 0, "{col_blocks} on {slots}");
+                    assert!(last > 0 && 2 * last <= slots, "{col_blocks} on {slots}");
+                }
+                None => {
+                    let last = col_blocks % slots;
+                    assert!(col_blocks < slots || last == 0 || 2 * last > slots, "{col_blocks} on {slots}");
+                }
+            }
+        }
+    }
+    assert_eq!(split_last_round(896, 264), Some(792));
+}

@@ -83,12 +83,12 @@ use kbit_format::{e4m4, tile};
 /// Column groups per block.
 const G: usize = g::COL_GROUPS as usize;
 
-/// One K tile of a lane: its quant block in each column group (planes and
-/// E4M4 scale byte), read from the warp's ring.
+/// One K tile of a lane: its quant block in each of the `NG` column groups
+/// (planes and E4M4 scale byte), read from the warp's ring.
 #[derive(Clone, Copy)]
-struct Unit<const K: usize> {
-    planes: [[u32; K]; G],
-    scales: [u32; G],
+struct Unit<const K: usize, const NG: usize> {
+    planes: [[u32; K]; NG],
+    scales: [u32; NG],
 }
 
 /// Global byte addresses of the spans of one K tile of a column block (the
@@ -121,16 +121,16 @@ impl Spans {
     }
 }
 
-/// 16-byte chunks of a stage's plane span: `16k`, plus one for odd k,
-/// whose spans are only 8-aligned (even-k spans are 16-aligned whenever
-/// the matrix is: `8k` bytes per quant block pair).
-const fn plane_chunks(k: usize) -> u32 {
-    16 * k as u32 + (k % 2) as u32
+/// 16-byte chunks of a stage's plane span of `ng` column groups: `8k·ng`,
+/// plus one for odd k, whose spans are only 8-aligned (even-k spans are
+/// 16-aligned whenever the matrix is: `8k` bytes per quant block pair).
+const fn plane_chunks(k: usize, ng: usize) -> u32 {
+    8 * (k * ng) as u32 + (k % 2) as u32
 }
 
-/// Issues the copies of one K tile's spans into the ring stage at shared
-/// address `dst`: each span from the 16-byte boundary at or below its
-/// start (plane chunks, then 5 chunks of scales). Away from the end of the
+/// Issues the copies of one K tile's spans of `NG` column groups into the
+/// ring stage at shared address `dst`: each span from the 16-byte boundary
+/// at or below its start (plane chunks, then `2·NG + 1` chunks of scales). Away from the end of the
 /// arrays every copy is a plain 16-byte `cp.async` (a lane issues at most
 /// `ceil(chunks / 32)`); near it, bytes at or past `words_end` /
 /// `scales_end` are zero-filled and never read. The caller commits.
@@ -139,11 +139,12 @@ const fn plane_chunks(k: usize) -> u32 {
 /// `dst` is a stage of [`g::stage_bytes`]; everything between the aligned
 /// starts and the ends is readable global memory.
 #[inline(always)]
-unsafe fn copy_tile<const K: usize>(sp: Spans, words_end: u64, scales_end: u64, lane: u32, dst: u32) {
-    let chunks = plane_chunks(K);
+unsafe fn copy_tile<const K: usize, const NG: usize>(sp: Spans, words_end: u64, scales_end: u64, lane: u32, dst: u32) {
+    let chunks = plane_chunks(K, NG);
+    let scale_chunks = 2 * NG as u32 + 1;
     let plane0 = sp.planes & !15;
     let scale0 = sp.scales & !15;
-    let inside = plane0 + 16 * chunks as u64 <= words_end && scale0 + 80 <= scales_end;
+    let inside = plane0 + 16 * chunks as u64 <= words_end && scale0 + 16 * scale_chunks as u64 <= scales_end;
     if inside {
         for j in 0..chunks.div_ceil(32) {
             let c = lane + 32 * j;
@@ -151,7 +152,7 @@ unsafe fn copy_tile<const K: usize>(sp: Spans, words_end: u64, scales_end: u64, 
                 unsafe { ptx::cp_async_16(dst + 16 * c, (plane0 + 16 * c as u64) as *const u8) };
             }
         }
-        if lane < 5 {
+        if lane < scale_chunks {
             unsafe {
                 ptx::cp_async_16(dst + g::stage_scales(K as u32) + 16 * lane, (scale0 + 16 * lane as u64) as *const u8)
             };
@@ -166,7 +167,7 @@ unsafe fn copy_tile<const K: usize>(sp: Spans, words_end: u64, scales_end: u64, 
         unsafe { ptx::cp_async_16_zfill(dst + 16 * c, src as *const u8, size) };
         c += 32;
     }
-    if lane < 5 {
+    if lane < scale_chunks {
         let at = scale0 + 16 * lane as u64;
         let size = scales_end.saturating_sub(at).min(16) as u32;
         let src = if size > 0 { at } else { scale0 };
@@ -181,11 +182,11 @@ unsafe fn copy_tile<const K: usize>(sp: Spans, words_end: u64, scales_end: u64, 
 /// # Safety
 /// The stage holds the copies of `spans` and they are visible to this lane.
 #[inline(always)]
-unsafe fn read_unit<const K: usize>(stage: u32, sp: Spans, lane: u32) -> Unit<K> {
+unsafe fn read_unit<const K: usize, const NG: usize>(stage: u32, sp: Spans, lane: u32) -> Unit<K, NG> {
     let planes_at = stage + (sp.planes & 15) as u32;
     let scales_at = stage + g::stage_scales(K as u32) + (sp.scales & 15) as u32;
-    let mut u = Unit { planes: [[0; K]; G], scales: [0; G] };
-    for gi in 0..G {
+    let mut u = Unit { planes: [[0; K]; NG], scales: [0; NG] };
+    for gi in 0..NG {
         let at = planes_at + 4 * (32 * K as u32 * gi as u32 + K as u32 * lane);
         unsafe {
             match K {
@@ -386,19 +387,19 @@ pub(crate) fn each_octet(unroll: bool, mut f: impl FnMut(u32)) {
 /// # Safety
 /// The table is published; `xs` is the lane's staged half tile.
 #[inline(always)]
-unsafe fn fma_unit<const M: usize, const K: usize>(
-    u: &Unit<K>,
+unsafe fn fma_unit<const M: usize, const K: usize, const NG: usize>(
+    u: &Unit<K, NG>,
     table: u32,
     copy: u32,
     xs: u32,
-    acc: &mut [[f32; M]; G],
+    acc: &mut [[f32; M]; NG],
 ) {
-    let f: [[u32; 8]; G] = core::array::from_fn(|gi| lookup_words::<K, M>(&u.planes[gi], copy));
+    let f: [[u32; 8]; NG] = core::array::from_fn(|gi| lookup_words::<K, M>(&u.planes[gi], copy));
     let mine = table + (copy & 0xFF);
-    let mut d = [[0f32; M]; G];
+    let mut d = [[0f32; M]; NG];
     each_octet(true, |m8| {
         let x = unsafe { load_x8::<M>(xs + 32 * m8) };
-        for gi in 0..G {
+        for gi in 0..NG {
             let v = unsafe { decode8::<K, M>(&f[gi], m8, table, mine) };
             for c in 0..8 {
                 for r in 0..M {
@@ -407,7 +408,7 @@ unsafe fn fma_unit<const M: usize, const K: usize>(
             }
         }
     });
-    for gi in 0..G {
+    for gi in 0..NG {
         let scale = e4m4::decode(u.scales[gi] as u8);
         for r in 0..M {
             acc[gi][r] = ptx::fma_rn_f32(d[gi][r], scale, acc[gi][r]);
@@ -475,8 +476,8 @@ impl Team {
 /// Every thread of the team calls it; `red` has room for `W·M·32` floats
 /// and nobody reads it any more; `y` holds `rows` rows of `n_dim`.
 #[inline(always)]
-unsafe fn epilogue<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32>(
-    acc: &[[f32; M]; G],
+unsafe fn epilogue<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32, const NG: usize>(
+    acc: &[[f32; M]; NG],
     red: u32,
     team: Team,
     y: *mut u16,
@@ -485,9 +486,9 @@ unsafe fn epilogue<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: 
     first_col: u64,
 ) {
     let (lane, warp) = (team.t & 31, team.t >> 5);
-    let cols = g::BLOCK_COLS;
-    let mut part = [[0f32; M]; G];
-    for gi in 0..G {
+    let cols = 16 * NG as u32;
+    let mut part = [[0f32; M]; NG];
+    for gi in 0..NG {
         for r in 0..M {
             let other = f32::from_bits(ptx::shfl_bfly(acc[gi][r].to_bits(), 1));
             part[gi][r] =
@@ -496,7 +497,7 @@ unsafe fn epilogue<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: 
     }
     team.sync::<H>();
     if lane & 1 == 0 {
-        for gi in 0..G {
+        for gi in 0..NG {
             let col = 16 * gi as u32 + lane / 2;
             for r in 0..M {
                 unsafe { ptx::st_shared_f32(red + ((warp * M as u32 + r as u32) * cols + col) * 4, part[gi][r]) };
@@ -546,7 +547,7 @@ unsafe fn epilogue<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: 
 /// dynamic shared memory; with `H > 1` the staging chunk covers all of K.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32>(
+unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32, const NG: usize>(
     packed: *const u32,
     scales: *const u8,
     cb: *const f32,
@@ -589,7 +590,8 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32>
     let ok = |i: u32| (i << geo.log_warps) + warp < k_tiles;
     // The spans of the warp's first tile of column block `cb`, and the step
     // to its next tile.
-    let first_spans = |cb: u32| Spans::at::<K>(packed, scales, n_dim, warp as u64, cb as u64 * g::BLOCK_COLS as u64);
+    let cols = 16 * NG as u64;
+    let first_spans = |cb: u32| Spans::at::<K>(packed, scales, n_dim, warp as u64, cb as u64 * cols);
     let step = Spans::step::<K>(n_dim, geo.warps() as u64);
     // The copy stream: one commit group per step (empty past the block's
     // last item or K), so "tile j landed" is "at most S − 2 groups pending".
@@ -601,7 +603,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32>
     let mut copy_next = || {
         if ahead.item < items.count && ok(ahead.i) {
             let dst = ring + copy_stage * stage_bytes;
-            unsafe { copy_tile::<K>(ahead_spans, words_end, scales_end, lane, dst) };
+            unsafe { copy_tile::<K, NG>(ahead_spans, words_end, scales_end, lane, dst) };
         }
         ptx::cp_async_commit();
         copy_stage += 1;
@@ -632,7 +634,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32>
     }
     ptx::bar_sync();
 
-    let mut acc = [[0f32; M]; G];
+    let mut acc = [[0f32; M]; NG];
     let (mut i, mut item, mut step_stage) = (0u32, 0u32, 0u32);
     let mut spans_now = first_spans(items.first);
     while item < items.count {
@@ -654,9 +656,9 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32>
         let cb_now = items.first + item * items.step;
         if ok(i) {
             let stage = ring + step_stage * stage_bytes;
-            let u = unsafe { read_unit::<K>(stage, spans_now, lane) };
+            let u = unsafe { read_unit::<K, NG>(stage, spans_now, lane) };
             let staged = ((i & chunk_mask) << geo.log_warps) + warp;
-            unsafe { fma_unit::<M, K>(&u, table, copy, xs + staged * x_tile_bytes + x_half, &mut acc) };
+            unsafe { fma_unit::<M, K, NG>(&u, table, copy, xs + staged * x_tile_bytes + x_half, &mut acc) };
         }
         step_stage += 1;
         if step_stage == geo.stages() {
@@ -665,9 +667,8 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32>
         i += 1;
         spans_now.advance(step);
         if i == n_iter {
-            let first_col = cb_now as u64 * g::BLOCK_COLS as u64;
-            unsafe { epilogue::<M, K, T, H>(&acc, red, team, y, rows, n_dim, first_col) };
-            acc = [[0f32; M]; G];
+            unsafe { epilogue::<M, K, T, H, NG>(&acc, red, team, y, rows, n_dim, cb_now as u64 * cols) };
+            acc = [[0f32; M]; NG];
             i = 0;
             item += 1;
             spans_now = first_spans(items.first.wrapping_add(item.wrapping_mul(items.step)));
@@ -677,10 +678,15 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32>
     ptx::cp_async_wait::<0>();
 }
 
-/// Body of `kbit_gemv_m{M}_k{K}_{T}`: a persistent grid; team `h` of
-/// block `b` is virtual block `v = b + h·grid` of `H·grid` and computes
+/// Body of `kbit_gemv_[teams_]m{M}_k{K}_{T}`: a persistent grid; team `h`
+/// of block `b` is virtual block `v = b + h·grid` of `H·grid` and computes
 /// column blocks `v, v + H·grid, …` (32 columns each) of all `M` rows, so
 /// a block's teams together take `b, b + grid, b + 2·grid, …`.
+///
+/// At k = 2 and M ≤ 2, where the last round of column blocks would leave
+/// more than half of the grid idle, the grid stops after the whole rounds
+/// (`kbit_format::gemv::split_last_round`, which the host applies alike)
+/// and the host launches [`last_round`] on the rest.
 ///
 /// # Safety
 /// As [`body`] with `rows = M`.
@@ -699,12 +705,48 @@ pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>, const H:
     let col_blocks = n_dim.div_ceil(g::BLOCK_COLS);
     let (b, grid) = (ptx::bid(), ptx::grid_dim());
     let Some(step) = NonZeroU32::new(grid.wrapping_mul(H)) else { return ptx::after_producers() };
+    let col_blocks = if K == 2 && M <= 2 {
+        match g::split_last_round(col_blocks, step.get()) {
+            Some(whole) => whole,
+            None => col_blocks,
+        }
+    } else {
+        col_blocks
+    };
     let items = |h: u32| {
         let v = b + h * grid;
         let count = if v < col_blocks { (col_blocks - v + step.get() - 1) / step } else { 0 };
         Items { first: v, step: step.get(), count }
     };
-    unsafe { body::<M, K, T, H>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items) }
+    unsafe { body::<M, K, T, H, G>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items) }
+}
+
+/// Body of `kbit_gemv_half_m{M}_k2_{T}`: the last round of a dense call
+/// split off by [`dense`], as 16-column groups `first .. units` (group `j`
+/// is columns `16j .. 16j + 16`), block `b` taking group `first + b`, one
+/// team per block. A group is summed exactly as in a whole column block,
+/// so the split does not change a result.
+///
+/// # Safety
+/// As [`body`] with `rows = M`; `first .. units` are groups of the matrix
+/// and the grid has `units − first` blocks.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn last_round<const M: usize, T: Elem<Raw = u16>>(
+    packed: *const u32,
+    scales: *const u8,
+    cb: *const f32,
+    x: *const u16,
+    y: *mut u16,
+    n_dim: u32,
+    k_dim: u32,
+    geom: u32,
+    first: u32,
+    units: u32,
+) {
+    let group = first + ptx::bid();
+    let items = |_| Items { first: group, step: 1, count: (group < units) as u32 };
+    unsafe { body::<M, 2, T, 1, 1>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items) }
 }
 
 /// The expert owning activation row `row`: the number of `offsets[e] ≤ row`
@@ -816,7 +858,7 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     let words = tile::words(n_dim as usize, k_dim as usize, K) as u64;
     let bytes = tile::scales(n_dim as usize, k_dim as usize) as u64;
     unsafe {
-        body::<M, K, T, 1>(
+        body::<M, K, T, 1, G>(
             packed.add((e * words) as usize),
             scales.add((e * bytes) as usize),
             cb,
@@ -919,4 +961,24 @@ gemv_teams_entries! {
     kbit_gemv_teams_m1_k4_bf16: 1, 4, Bf16; kbit_gemv_teams_m1_k5_bf16: 1, 5, Bf16;
     kbit_gemv_teams_m2_k2_bf16: 2, 2, Bf16; kbit_gemv_teams_m2_k3_bf16: 2, 3, Bf16;
     kbit_gemv_teams_m2_k4_bf16: 2, 4, Bf16; kbit_gemv_teams_m2_k5_bf16: 2, 5, Bf16;
+}
+
+/// The last round of a dense k = 2 call of M = 1, 2 on 16-column groups
+/// ([`last_round`]).
+macro_rules! gemv_half_entries {
+    ($($name:ident: $m:literal, $t:ty;)*) => {$(
+        /// Dense scalar GEMV on 16-column groups, k = 2, for this M and dtype.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(
+            packed: *const u32, scales: *const u8, cb: *const f32, x: *const u16, y: *mut u16,
+            n_dim: u32, k_dim: u32, geom: u32, first: u32, units: u32,
+        ) {
+            unsafe { last_round::<$m, $t>(packed, scales, cb, x, y, n_dim, k_dim, geom, first, units) }
+        }
+    )*};
+}
+
+gemv_half_entries! {
+    kbit_gemv_half_m1_k2_f16: 1, F16; kbit_gemv_half_m2_k2_f16: 2, F16;
+    kbit_gemv_half_m1_k2_bf16: 1, Bf16; kbit_gemv_half_m2_k2_bf16: 2, Bf16;
 }
