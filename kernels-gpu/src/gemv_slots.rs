@@ -364,9 +364,9 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const GROUPED
         ahead.advance();
     };
     // The prologue's global reads go out before anything waits on one: the
-    // first two tiles, the first chunk of activations and the codebook
-    // (read by the table build, between the activation loads and their
-    // stores). One barrier publishes table and activations.
+    // first two tiles and the codebook (the table is built before the
+    // wait), then, after it, the first chunk of activations. One barrier
+    // publishes table and activations.
     let (mut ta, mut tb, mut tc) = (Tile::<K>::ZERO, Tile::<K>::ZERO, Tile::<K>::ZERO);
     fetch(0, &mut ta);
     fetch(1, &mut tb);
@@ -380,10 +380,21 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const GROUPED
         unsafe { prefetch_tiles::<K>(later, 2, n_iter, |i| kt_of(i) < k_tiles) };
     }
     // Weights and codebook are never written by the kernels this launch may
-    // overlap; activations and outputs are touched only from here on.
-    ptx::after_producers();
-    unsafe {
-        stage_x::<M, T, true>(x, k_dim, rows, 0, geo.chunk() << geo.log_slots, xs, || build_table::<K, M>(cb, base));
+    // overlap, so the decode table is built before the wait too;
+    // activations and outputs are touched only after it. Except in the
+    // dense one-row k = 4 instances, which that took from 64 to 65
+    // registers (half the resident warps of a 512-thread block; `q`, `o`,
+    // `down` +11 to +13 %, `bench-results/NOTES.md`): those build it after
+    // the wait, in the shadow of the activation loads.
+    if GROUPED || !(K == 4 && M == 1) {
+        unsafe { build_table::<K, M>(cb, base) };
+        ptx::after_producers();
+        unsafe { stage_x::<M, T, true>(x, k_dim, rows, 0, geo.chunk() << geo.log_slots, xs, || {}) };
+    } else {
+        ptx::after_producers();
+        unsafe {
+            stage_x::<M, T, true>(x, k_dim, rows, 0, geo.chunk() << geo.log_slots, xs, || build_table::<K, M>(cb, base))
+        };
     }
     ptx::bar_sync();
 
@@ -797,6 +808,9 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     if guessed {
         (ta, tb) = (load(m.of(unit), n_a), load(m.of(unit), n_b));
     }
+    let base = ptx::smem_base();
+    // The codebook is never written by the kernels this launch may overlap.
+    unsafe { build_table::<K, M>(cb, base) };
     ptx::after_producers();
     let Some((e, row, rows)) = (unsafe { grouped_unit(io.offsets, io.num_experts, io.total_rows, M as u32, unit) })
     else {
@@ -808,12 +822,9 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     let x = io.x.wrapping_add((row as u64 * k_dim as u64) as usize);
     let y = io.y.wrapping_add((row as u64 * n_dim) as usize);
 
-    let base = ptx::smem_base();
     let xs = base + g::table_bytes(K as u32, M as u32);
     let copy = g::copy_byte(K as u32, g::rows(M as u32), t);
-    unsafe {
-        stage_x::<M, T, true>(x, k_dim, rows, 0, geo.slots(), xs, || build_table::<K, M>(cb, base));
-    }
+    unsafe { stage_x::<M, T, true>(x, k_dim, rows, 0, geo.slots(), xs, || {}) };
     ptx::bar_sync();
     // Staged tile `slot` of the one chunk (all of K).
     let at_x = xs + slot * gs::x_tile_floats(M as u32) * 4;
