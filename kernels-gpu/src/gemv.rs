@@ -130,10 +130,11 @@ const fn plane_chunks(k: usize, ng: usize) -> u32 {
 
 /// Issues the copies of one K tile's spans of `NG` column groups into the
 /// ring stage at shared address `dst`: each span from the 16-byte boundary
-/// at or below its start (plane chunks, then `2·NG + 1` chunks of scales). Away from the end of the
-/// arrays every copy is a plain 16-byte `cp.async` (a lane issues at most
-/// `ceil(chunks / 32)`); near it, bytes at or past `words_end` /
-/// `scales_end` are zero-filled and never read. The caller commits.
+/// at or below its start (plane chunks, then `2·NG + 1` chunks of scales).
+/// Away from the end of the arrays every copy is a plain 16-byte
+/// `cp.async` (a lane issues at most `ceil(chunks / 32)`); near it, bytes
+/// at or past `words_end` / `scales_end` are zero-filled and never read.
+/// The caller commits.
 ///
 /// # Safety
 /// `dst` is a stage of [`g::stage_bytes`]; everything between the aligned
