@@ -95,38 +95,48 @@ impl<const K: usize> Tile<K> {
     const ZERO: Self = Self { planes: [[0; K]; 2], scales: 0 };
 }
 
-/// Where the next tile of a thread's column lies: its words and scale
-/// bytes, and how far the following tile (`kt + S`) is.
+/// Where the next tile of a thread's column lies: the matrix's words and
+/// scale bytes, the scale index of the tile's first quant block, and how
+/// far the following tile (`kt + S`) is. The index is 32-bit: this variant
+/// takes matrices of fewer than 2^25 weights
+/// ([`uses_slots`](kbit_format::gemv::uses_slots)), i.e. fewer than 2^20
+/// quant blocks, and one step past the last tile stays far below 2^32.
+/// (Two 64-bit pointers and steps held two registers more in every
+/// iteration of the main loop.)
 #[derive(Clone, Copy)]
 struct Cursor {
     words: *const u32,
     scales: *const u8,
-    word_step: usize,
-    scale_step: usize,
+    at: u32,
+    step: u32,
 }
 
 impl Cursor {
-    /// The cursor of tile `kt` of column `n` (`tile::word_index`,
-    /// `tile::scale_index`; 64-bit math), stepping `slots` tiles at a time.
+    /// The cursor of tile `kt` of column `n` (`tile::scale_index`),
+    /// stepping `slots` tiles at a time.
     #[inline(always)]
-    fn new<const K: usize>(packed: *const u32, scales: *const u8, n_dim: u64, n: u64, kt: u64, slots: u64) -> Self {
+    fn new(packed: *const u32, scales: *const u8, n_dim: u64, n: u64, kt: u64, slots: u64) -> Self {
         // Block (n, 2·kt) is h = 0 of tile kt; h = 1 and its planes follow.
-        let w = tile::word_index(n_dim, n, 2 * kt, K as u64);
-        let s = tile::scale_index(n_dim, n, 2 * kt);
-        Self {
-            words: packed.wrapping_add(w as usize),
-            scales: scales.wrapping_add(s as usize),
-            word_step: (slots * n_dim * 2 * K as u64) as usize,
-            scale_step: (slots * n_dim * 2) as usize,
-        }
+        Self { words: packed, scales, at: tile::scale_index(n_dim, n, 2 * kt) as u32, step: (slots * n_dim * 2) as u32 }
     }
 
-    /// Moves to the slot's next tile (the pointer may then lie past the
+    /// Moves to the slot's next tile (the index may then lie past the
     /// matrix: it is only read while the tile exists).
     #[inline(always)]
     fn advance(&mut self) {
-        self.words = self.words.wrapping_add(self.word_step);
-        self.scales = self.scales.wrapping_add(self.scale_step);
+        self.at = self.at.wrapping_add(self.step);
+    }
+
+    /// Word 0 of the tile under the cursor (`tile::word_index`).
+    #[inline(always)]
+    fn tile_words<const K: usize>(&self) -> *const u32 {
+        self.words.wrapping_add(self.at as usize * K)
+    }
+
+    /// The tile's first scale byte.
+    #[inline(always)]
+    fn tile_scales(&self) -> *const u8 {
+        self.scales.wrapping_add(self.at as usize)
     }
 
     /// Loads the tile under the cursor: `2K` words (k = 2: one 16-byte
@@ -137,7 +147,7 @@ impl Cursor {
     /// The tile exists; `packed` is 16-aligned.
     #[inline(always)]
     unsafe fn load<const K: usize>(&self, policy: u64) -> Tile<K> {
-        let w = self.words;
+        let w = self.tile_words::<K>();
         let mut words = [0u32; 2 * MAX_BITS as usize];
         unsafe {
             match K {
@@ -170,7 +180,7 @@ impl Cursor {
             }
             Tile {
                 planes: core::array::from_fn(|h| core::array::from_fn(|j| words[h * K + j])),
-                scales: ptx::ld_stream_u16(self.scales as *const u16, policy) as u32,
+                scales: ptx::ld_stream_u16(self.tile_scales() as *const u16, policy) as u32,
             }
         }
     }
@@ -178,8 +188,7 @@ impl Cursor {
 
 /// Stages `x` for tiles `first_tile .. first_tile + tiles` as f32 at shared
 /// address `xs` in this variant's layout (`[tile][row][64]`, tile stride
-/// `x_tile_floats(M)`), through [`stage_x::stage`] (`PAIRED` and `between`
-/// as there).
+/// `x_tile_floats(M)`), through [`stage_x::stage`] (`PAIRED` as there).
 ///
 /// # Safety
 /// `x` holds `rows` rows of `k_dim` values and is 16-aligned; the staged
@@ -192,11 +201,10 @@ unsafe fn stage_x<const M: usize, T: Elem<Raw = u16>, const PAIRED: bool>(
     first_tile: u32,
     tiles: u32,
     xs: u32,
-    between: impl FnOnce(),
 ) {
     let stride = gs::x_tile_floats(M as u32);
     let dst = |tc: u32, r: u32, o: u32| xs + (tc * stride + r * 64 + 8 * o) * 4;
-    unsafe { stage_x::stage::<M, T, PAIRED>(x, k_dim, rows, first_tile, tiles, dst, between) }
+    unsafe { stage_x::stage::<M, T, PAIRED>(x, k_dim, rows, first_tile, tiles, dst, || {}) }
 }
 
 /// The staged activations of 8 consecutive K positions, all rows.
@@ -356,7 +364,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const GROUPED
     // requested in the prologue; then, with three buffers used in turn,
     // loads run two tiles ahead of the math; with two, tile i + 2 is
     // requested once tile i is done (no register moves either way).
-    let mut ahead = Cursor::new::<K>(packed, scales, n_dim, n, slot as u64, geo.slots() as u64);
+    let mut ahead = Cursor::new(packed, scales, n_dim, n, slot as u64, geo.slots() as u64);
     let mut fetch = |i: u32, t: &mut Tile<K>| {
         if ok(i) {
             *t = unsafe { ahead.load::<K>(policy) };
@@ -376,26 +384,15 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const GROUPED
         // after the wait then come from L2 instead of DRAM. (This also
         // keeps the two loads above ahead of the wait: with nothing between
         // them, ptxas scheduled the wait first; `tests/ptx.rs` checks it.)
-        let later = Cursor::new::<K>(packed, scales, n_dim, n, (2 << geo.log_slots) + slot as u64, geo.slots() as u64);
+        let later = Cursor::new(packed, scales, n_dim, n, (2 << geo.log_slots) + slot as u64, geo.slots() as u64);
         unsafe { prefetch_tiles::<K>(later, 2, n_iter, |i| kt_of(i) < k_tiles) };
     }
     // Weights and codebook are never written by the kernels this launch may
     // overlap, so the decode table is built before the wait too;
-    // activations and outputs are touched only after it. Except in the
-    // dense one-row k = 4 instances, which that took from 64 to 65
-    // registers (half the resident warps of a 512-thread block; `q`, `o`,
-    // `down` +11 to +13 %, `bench-results/NOTES.md`): those build it after
-    // the wait, in the shadow of the activation loads.
-    if GROUPED || !(K == 4 && M == 1) {
-        unsafe { build_table::<K, M>(cb, base) };
-        ptx::after_producers();
-        unsafe { stage_x::<M, T, true>(x, k_dim, rows, 0, geo.chunk() << geo.log_slots, xs, || {}) };
-    } else {
-        ptx::after_producers();
-        unsafe {
-            stage_x::<M, T, true>(x, k_dim, rows, 0, geo.chunk() << geo.log_slots, xs, || build_table::<K, M>(cb, base))
-        };
-    }
+    // activations and outputs are touched only after it.
+    unsafe { build_table::<K, M>(cb, base) };
+    ptx::after_producers();
+    unsafe { stage_x::<M, T, true>(x, k_dim, rows, 0, geo.chunk() << geo.log_slots, xs) };
     ptx::bar_sync();
 
     let mut acc = [[0f32; M]; 2];
@@ -407,9 +404,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const GROUPED
                 // Everyone is done with the previous chunk; stage the next
                 // R·S tiles; publish.
                 ptx::bar_sync();
-                unsafe {
-                    stage_x::<M, T, false>(x, k_dim, rows, i << geo.log_slots, geo.chunk() << geo.log_slots, xs, || {})
-                };
+                unsafe { stage_x::<M, T, false>(x, k_dim, rows, i << geo.log_slots, geo.chunk() << geo.log_slots, xs) };
                 ptx::bar_sync();
             }
             if ok(i) {
@@ -612,11 +607,11 @@ unsafe fn prefetch_tiles<const K: usize>(mut at: Cursor, from: u32, to: u32, exi
     let mut i = from;
     while i < to {
         if exists(i) {
-            let w = at.words.cast::<u8>();
+            let w = at.tile_words::<K>().cast::<u8>();
             unsafe {
                 ptx::prefetch_l2(w);
                 ptx::prefetch_l2(w.wrapping_add(8 * K - 1));
-                ptx::prefetch_l2(at.scales);
+                ptx::prefetch_l2(at.tile_scales());
             }
         }
         at.advance();
@@ -648,7 +643,7 @@ unsafe fn prefetch_first_tiles<const K: usize>(
     if n >= n_dim as u64 {
         return;
     }
-    let at = Cursor::new::<K>(packed, scales, n_dim as u64, n, slot as u64, geo.slots() as u64);
+    let at = Cursor::new(packed, scales, n_dim as u64, n, slot as u64, geo.slots() as u64);
     unsafe { prefetch_tiles::<K>(at, 0, 2, |i| (i << geo.log_slots) + slot < k_tiles) };
 }
 
@@ -798,7 +793,7 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     // Tile `slot` of column n (the slot's only tile), if it exists.
     let load = |(p, s): (*const u32, *const u8), n: u64| {
         if n < n_dim && slot < k_tiles {
-            unsafe { Cursor::new::<K>(p, s, n_dim, n, slot as u64, geo.slots() as u64).load::<K>(policy) }
+            unsafe { Cursor::new(p, s, n_dim, n, slot as u64, geo.slots() as u64).load::<K>(policy) }
         } else {
             Tile::<K>::ZERO
         }
@@ -824,7 +819,7 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
 
     let xs = base + g::table_bytes(K as u32, M as u32);
     let copy = g::copy_byte(K as u32, g::rows(M as u32), t);
-    unsafe { stage_x::<M, T, true>(x, k_dim, rows, 0, geo.slots(), xs, || {}) };
+    unsafe { stage_x::<M, T, true>(x, k_dim, rows, 0, geo.slots(), xs) };
     ptx::bar_sync();
     // Staged tile `slot` of the one chunk (all of K).
     let at_x = xs + slot * gs::x_tile_floats(M as u32) * 4;
