@@ -74,17 +74,18 @@ fn split_sm90a(ptx: &str) -> (String, String) {
 /// the launch size would give 95–106 registers, and a 60-register budget
 /// ran Llama-3-8B 2 % faster. At k = 4 both ran Llama-3-8B 1–3 % faster
 /// and Llama-3-70B 8–13 % slower, so k = 4 (and 5) keep no directive
-/// (`bench-results/NOTES.md`). The one-row k = 4 column-slot instances
-/// are held to 64 registers (ptxas gives them 65 on sm_90, which halves
-/// the resident blocks of 512 threads and with them the overlap of a call
-/// with the previous one; capped, no spills).
+/// (`bench-results/NOTES.md`). The one- and three-row k = 4 column-slot
+/// instances are held to 64 registers (ptxas gives them 65 and 66 on
+/// sm_90, which costs resident blocks and with them the overlap of a call
+/// with the previous one; capped, no spills: three-row `q`, `o`, `down`
+/// −8 to −10 %). Other instances a little over 64 spill when capped.
 fn launch_bounds(entry: &str) -> Option<&'static str> {
     let dense = entry.starts_with("kbit_mma_k") || entry.starts_with("kbit_mma_stream_");
     if entry.starts_with("kbit_gemv_m1_k2_") {
         Some(".maxntid 512, 1, 1\n")
     } else if entry.starts_with("kbit_gemv_m1_k3_") {
         Some(".maxnreg 60\n")
-    } else if entry.starts_with("kbit_gemv_slots_m1_k4_") {
+    } else if entry.starts_with("kbit_gemv_slots_m1_k4_") || entry.starts_with("kbit_gemv_slots_m3_k4_") {
         Some(".maxnreg 64\n")
     } else if dense && (entry.contains("_m1_n128_") || entry.contains("_m2_n128_")) {
         Some(".maxntid 256, 1, 1\n.minnctapersm 2\n")
