@@ -144,3 +144,28 @@ impl Geometry {
         crate::gemv::table_bytes(bits, m) + if x > red { x } else { red }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gemv::uses_slots;
+
+    /// The kernels' tile cursor is a 32-bit quant-block index within one
+    /// matrix: on every matrix this variant takes, the index of the last
+    /// tile's second block plus one step of `S` tiles (a cursor advanced
+    /// past the end, never read) must stay below 2^32.
+    #[test]
+    fn slot_matrices_index_their_blocks_in_u32() {
+        let below = (1usize << 25) - 1;
+        let shapes = [(1, below / 32 * 32), (below / 32, 32), (1 << 12, (1 << 13) - 32), (4095, 8192 - 64), (7, 96)];
+        for (n, k) in shapes {
+            assert!(uses_slots(n, k), "{n}x{k}");
+            let (n64, tiles) = (n as u64, tile::k_tiles(k) as u64);
+            let last = tile::scale_index(n64, n64 - 1, 2 * (tiles - 1)) + 1;
+            let step = slots(n, k) as u64 * n64 * 2;
+            assert!(last + step < 1 << 32, "{n}x{k}: {last} + {step}");
+        }
+        // Past the threshold the block variant takes the matrix.
+        assert!(!uses_slots(1 << 13, 1 << 12));
+    }
+}
