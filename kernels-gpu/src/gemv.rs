@@ -264,13 +264,13 @@ pub(crate) unsafe fn build_table<const K: usize, const M: usize>(cb: *const f32,
 /// Stages `x` for tiles `first_tile .. first_tile + tiles` as f32 at shared
 /// address `xs` in this variant's layout (`[tile][row][h][36]`, see
 /// [`g::x_tile_floats`]: octet `o` of a row lies in half `o / 4`), through
-/// [`stage_x::stage`] (`PAIRED` and `between` as there).
+/// [`stage_x::stage`] (`LEAD` and `between` as there).
 ///
 /// # Safety
 /// `x` holds `rows` rows of `k_dim` values and is 16-aligned; the staged
 /// tiles fit the dynamic shared memory.
 #[inline(always)]
-unsafe fn stage_x<const M: usize, T: Elem<Raw = u16>, const PAIRED: bool>(
+unsafe fn stage_x<const M: usize, T: Elem<Raw = u16>, const LEAD: u32>(
     x: *const u16,
     k_dim: u32,
     rows: u32,
@@ -281,7 +281,7 @@ unsafe fn stage_x<const M: usize, T: Elem<Raw = u16>, const PAIRED: bool>(
 ) {
     let stride = g::x_tile_floats(M as u32);
     let dst = |tc: u32, r: u32, o: u32| xs + (tc * stride + (r * 2 + (o >> 2)) * g::X_HALF_FLOATS + 8 * (o & 3)) * 4;
-    unsafe { stage_x::stage::<M, T, PAIRED>(x, k_dim, rows, first_tile, tiles, dst, between) }
+    unsafe { stage_x::stage::<M, T, LEAD>(x, k_dim, rows, first_tile, tiles, dst, between) }
 }
 
 /// The staged activations of 8 consecutive K positions, all rows (row
@@ -631,7 +631,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
     // The table and the first chunk of activations load side by side; the
     // barrier publishes both.
     unsafe {
-        stage_x::<M, T, true>(x, k_dim, rows, 0, geo.chunk() << geo.log_warps, xs, || build_table::<K, M>(cb, base));
+        stage_x::<M, T, 2>(x, k_dim, rows, 0, geo.chunk() << geo.log_warps, xs, || build_table::<K, M>(cb, base));
     }
     ptx::bar_sync();
 
@@ -649,9 +649,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
             // Everyone is done with the previous chunk; stage the next
             // R·W tiles; publish.
             ptx::bar_sync();
-            unsafe {
-                stage_x::<M, T, false>(x, k_dim, rows, i << geo.log_warps, geo.chunk() << geo.log_warps, xs, || {})
-            };
+            unsafe { stage_x::<M, T, 0>(x, k_dim, rows, i << geo.log_warps, geo.chunk() << geo.log_warps, xs, || {}) };
             ptx::bar_sync();
         }
         let cb_now = items.first + item * items.step;
@@ -750,28 +748,34 @@ pub unsafe fn last_round<const M: usize, T: Elem<Raw = u16>>(
     unsafe { body::<M, 2, T, 1, 1>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items) }
 }
 
-/// The expert owning activation row `row`: the number of `offsets[e] ≤ row`
-/// for `e` in `1..num_experts` (offsets are non-decreasing from 0). Every
-/// lane gets the same answer; with malformed offsets it still lies in
-/// `0..num_experts`.
+/// The expert owning activation row `row` and its rows: `(e, start, end)`
+/// with `e` the number of `offsets[j] ≤ row` for `j` in `1..num_experts`,
+/// `start` the largest `offsets[j] ≤ row` for `j < num_experts` and `end`
+/// the smallest `offsets[j] > row` for `j` in `1..=num_experts`; with
+/// non-decreasing offsets from 0, `offsets[e]` and `offsets[e + 1]`. One
+/// round of loads (lane `l` reads `offsets[l + 32i]`) and three warp
+/// reductions: the expert's bounds are not a second, dependent round of
+/// loads. Every lane gets the same answer; with malformed offsets `e`
+/// still lies in `0..num_experts`.
 ///
 /// # Safety
 /// `offsets` holds `num_experts + 1` values; all 32 lanes of the warp call it.
 #[inline(always)]
-pub(crate) unsafe fn expert_of_row(offsets: *const u32, num_experts: u32, row: u32) -> u32 {
-    let mut count = 0u32;
-    let mut e = ptx::lane() + 1;
-    while e < num_experts {
-        count += (unsafe { ptx::ld_nc_u32(offsets.add(e as usize)) } <= row) as u32;
-        e += 32;
+pub(crate) unsafe fn expert_of_row(offsets: *const u32, num_experts: u32, row: u32) -> (u32, u32, u32) {
+    let (mut count, mut start, mut end) = (0u32, 0u32, u32::MAX);
+    let mut j = ptx::lane();
+    while j <= num_experts {
+        let o = unsafe { ptx::ld_nc_u32(offsets.add(j as usize)) };
+        let inner = j < num_experts;
+        if o <= row {
+            count += (j != 0 && inner) as u32;
+            start = if inner { start.max(o) } else { start };
+        } else if j != 0 {
+            end = end.min(o);
+        }
+        j += 32;
     }
-    // Butterfly sum over the warp, written out: an array loop here was not
-    // always unrolled and went to local memory.
-    count += ptx::shfl_bfly(count, 16);
-    count += ptx::shfl_bfly(count, 8);
-    count += ptx::shfl_bfly(count, 4);
-    count += ptx::shfl_bfly(count, 2);
-    count + ptx::shfl_bfly(count, 1)
+    (ptx::warp_sum_u32(count), ptx::warp_max_u32(start), ptx::warp_min_u32(end))
 }
 
 /// The work of grouped unit `unit` (block `b` is unit `b / col_blocks`):
@@ -802,9 +806,7 @@ pub(crate) unsafe fn grouped_unit(
         if unit >= total_rows {
             return None;
         }
-        let e = unsafe { expert_of_row(offsets, num_experts, unit) };
-        let (start, end) =
-            unsafe { (ptx::ld_nc_u32(offsets.add(e as usize)), ptx::ld_nc_u32(offsets.add(e as usize + 1))) };
+        let (e, start, end) = unsafe { expert_of_row(offsets, num_experts, unit) };
         if start != unit {
             return None;
         }

@@ -72,7 +72,10 @@
 //! tiles loaded before the grid-dependency wait from the guessed expert
 //! (`unit`), so that with half the blocks the next launch's blocks find
 //! room beside this one's and their loads overlap it, as the dense
-//! kernel's do. Each column is summed exactly as by the dense kernel.
+//! kernel's do. With a unit per row, a working block's first row is its
+//! unit, so after the wait its activations are requested together with
+//! the expert offsets (one round of loads, not two). Each column is summed
+//! exactly as by the dense kernel.
 
 use crate::elem::{Bf16, Elem, F16};
 use crate::gemv::{build_table, each_octet, grouped_unit, lookup_at, lookup_words};
@@ -188,23 +191,26 @@ impl Cursor {
 
 /// Stages `x` for tiles `first_tile .. first_tile + tiles` as f32 at shared
 /// address `xs` in this variant's layout (`[tile][row][64]`, tile stride
-/// `x_tile_floats(M)`), through [`stage_x::stage`] (`PAIRED` as there).
+/// `x_tile_floats(M)`), through [`stage_x::stage`] (`LEAD` and `between`
+/// as there).
 ///
 /// # Safety
 /// `x` holds `rows` rows of `k_dim` values and is 16-aligned; the staged
 /// tiles fit the dynamic shared memory.
 #[inline(always)]
-unsafe fn stage_x<const M: usize, T: Elem<Raw = u16>, const PAIRED: bool>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn stage_x<const M: usize, T: Elem<Raw = u16>, const LEAD: u32>(
     x: *const u16,
     k_dim: u32,
     rows: u32,
     first_tile: u32,
     tiles: u32,
     xs: u32,
+    between: impl FnOnce(),
 ) {
     let stride = gs::x_tile_floats(M as u32);
     let dst = |tc: u32, r: u32, o: u32| xs + (tc * stride + r * 64 + 8 * o) * 4;
-    unsafe { stage_x::stage::<M, T, PAIRED>(x, k_dim, rows, first_tile, tiles, dst, || {}) }
+    unsafe { stage_x::stage::<M, T, LEAD>(x, k_dim, rows, first_tile, tiles, dst, between) }
 }
 
 /// The staged activations of 8 consecutive K positions, all rows.
@@ -392,7 +398,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const GROUPED
     // activations and outputs are touched only after it.
     unsafe { build_table::<K, M>(cb, base) };
     ptx::after_producers();
-    unsafe { stage_x::<M, T, true>(x, k_dim, rows, 0, geo.chunk() << geo.log_slots, xs) };
+    unsafe { stage_x::<M, T, 2>(x, k_dim, rows, 0, geo.chunk() << geo.log_slots, xs, || {}) };
     ptx::bar_sync();
 
     let mut acc = [[0f32; M]; 2];
@@ -404,7 +410,9 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const GROUPED
                 // Everyone is done with the previous chunk; stage the next
                 // R·S tiles; publish.
                 ptx::bar_sync();
-                unsafe { stage_x::<M, T, false>(x, k_dim, rows, i << geo.log_slots, geo.chunk() << geo.log_slots, xs) };
+                unsafe {
+                    stage_x::<M, T, 0>(x, k_dim, rows, i << geo.log_slots, geo.chunk() << geo.log_slots, xs, || {})
+                };
                 ptx::bar_sync();
             }
             if ok(i) {
@@ -807,19 +815,40 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     // The codebook is never written by the kernels this launch may overlap.
     unsafe { build_table::<K, M>(cb, base) };
     ptx::after_producers();
-    let Some((e, row, rows)) = (unsafe { grouped_unit(io.offsets, io.num_experts, io.total_rows, M as u32, unit) })
-    else {
+    let xs = base + g::table_bytes(K as u32, M as u32);
+    let x_of = |row: u32| io.x.wrapping_add((row as u64 * k_dim as u64) as usize);
+    let work = |unit| unsafe { grouped_unit(io.offsets, io.num_experts, io.total_rows, M as u32, unit) };
+    // With a unit per row (no fewer experts than rows) a working block's
+    // first row is its unit: its activations are requested with the
+    // offsets, not after them. Rows past the expert's own are staged too;
+    // their sums are never stored.
+    // (At M ≤ 2 a thread stages at most one unit of the slots' 16 or more
+    // columns: a second load would only hold registers.)
+    let mut found = None;
+    if io.num_experts >= io.total_rows {
+        let (x, ahead) = (x_of(unit), io.total_rows.saturating_sub(unit).min(M as u32));
+        let between = || found = work(unit);
+        unsafe {
+            if M <= 2 {
+                stage_x::<M, T, 1>(x, k_dim, ahead, 0, geo.slots(), xs, between)
+            } else {
+                stage_x::<M, T, 2>(x, k_dim, ahead, 0, geo.slots(), xs, between)
+            }
+        }
+    } else {
+        found = work(unit);
+    }
+    let Some((e, row, rows)) = found else {
         return;
     };
     if !guessed || e != unit {
         (ta, tb) = (load(m.of(e), n_a), load(m.of(e), n_b));
     }
-    let x = io.x.wrapping_add((row as u64 * k_dim as u64) as usize);
+    if io.num_experts < io.total_rows {
+        unsafe { stage_x::<M, T, 2>(x_of(row), k_dim, rows, 0, geo.slots(), xs, || {}) };
+    }
     let y = io.y.wrapping_add((row as u64 * n_dim) as usize);
-
-    let xs = base + g::table_bytes(K as u32, M as u32);
     let copy = g::copy_byte(K as u32, g::rows(M as u32), t);
-    unsafe { stage_x::<M, T, true>(x, k_dim, rows, 0, geo.slots(), xs) };
     ptx::bar_sync();
     // Staged tile `slot` of the one chunk (all of K).
     let at_x = xs + slot * gs::x_tile_floats(M as u32) * 4;

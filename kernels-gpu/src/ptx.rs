@@ -147,6 +147,28 @@ pub fn shfl_idx(v: u32, src: u32) -> u32 {
     r
 }
 
+// `redux.sync.{add,min,max}.u32` over the whole warp: every lane gets the
+// sum, minimum or maximum of all lanes' `v` in one instruction. sm_80.
+macro_rules! warp_redux {
+    ($($name:ident $op:literal;)*) => {$(
+        #[doc = concat!("`redux.sync.", $op, ".u32`: the warp-wide result of all 32 lanes' `v`, in every lane. sm_80.")]
+        #[inline(always)]
+        pub fn $name(v: u32) -> u32 {
+            let r: u32;
+            unsafe {
+                asm!(concat!("redux.sync.", $op, ".u32 {r}, {v}, 0xffffffff;"),
+                     r = out(reg32) r, v = in(reg32) v)
+            }
+            r
+        }
+    )*};
+}
+warp_redux! {
+    warp_sum_u32 "add";
+    warp_min_u32 "min";
+    warp_max_u32 "max";
+}
+
 /// `vote.sync.ballot`: one bit per lane; builds a bit plane in one step. sm_30.
 #[inline(always)]
 pub fn ballot(pred: bool) -> u32 {

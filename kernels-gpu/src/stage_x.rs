@@ -15,17 +15,17 @@ use crate::ptx;
 /// bytes). Rows `≥ rows` and columns `≥ k_dim` are written as zeros without
 /// reading `x`.
 ///
-/// With `PAIRED` each thread first issues the loads of its first two units,
-/// then runs `between` (work that overlaps their latency: the prologue
+/// Each thread first issues the loads of its first `LEAD` units (0, 1 or
+/// 2), then runs `between` (work that overlaps their latency: the prologue
 /// builds the decode table there), then stores them; the rest go one unit
-/// per round (fewer registers). Without it, `between` runs first.
+/// per round (fewer registers).
 ///
 /// # Safety
 /// `x` holds `rows` rows of `k_dim` values and is 16-aligned; every `dst`
 /// of a unit below `tiles·M·8` lies inside the dynamic shared memory.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn stage<const M: usize, T: Elem<Raw = u16>, const PAIRED: bool>(
+pub(crate) unsafe fn stage<const M: usize, T: Elem<Raw = u16>, const LEAD: u32>(
     x: *const u16,
     k_dim: u32,
     rows: u32,
@@ -61,12 +61,17 @@ pub(crate) unsafe fn stage<const M: usize, T: Elem<Raw = u16>, const PAIRED: boo
         }
     };
     let mut u = ptx::tid();
-    if PAIRED {
+    if LEAD == 2 {
         let (a, b) = (load(u), load(u + nt));
         between();
         store(u, a);
         store(u + nt, b);
         u += 2 * nt;
+    } else if LEAD == 1 {
+        let a = load(u);
+        between();
+        store(u, a);
+        u += nt;
     } else {
         between();
     }
