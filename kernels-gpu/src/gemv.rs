@@ -516,7 +516,7 @@ unsafe fn epilogue<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: 
         // plain loop adds in the same order).
         let v = if M == 1 || (M == 2 && K != 5) {
             unsafe {
-                crate::gemv_slots::sum_slots_in_order::<2>(red + (r * cols + c) * 4, M as u32 * cols * 4, team.warps)
+                crate::gemv_slots::sum_slots_in_order::<2, 4>(red + (r * cols + c) * 4, M as u32 * cols * 4, team.warps)
             }
         } else {
             let mut v = unsafe { ptx::ld_shared_f32(red + (r * cols + c) * 4) };

@@ -461,9 +461,17 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const GROUPED
         let r = q >> geo.log_cols;
         let c = q & (cols - 1);
         // (At M ≥ 2 the rounds took some instances past 64 registers, i.e.
-        // to one 512-thread block per SM; the plain loop adds in the same order.)
+        // to one 512-thread block per SM; the plain loop adds in the same
+        // order. At k = 5 rounds of 16 took the one-row instances' calls
+        // 5 % longer than rounds of four.)
         let v = if M == 1 {
-            unsafe { sum_slots_in_order::<0>(xs + c * 4, cols * 4, geo.slots()) }
+            unsafe {
+                if K == 5 {
+                    sum_slots_in_order::<0, 4>(xs + c * 4, cols * 4, geo.slots())
+                } else {
+                    sum_slots_in_order::<0, 16>(xs + c * 4, cols * 4, geo.slots())
+                }
+            }
         } else {
             let mut v = unsafe { ptx::ld_shared_f32(xs + (r * cols + c) * 4) };
             for s in 1..geo.slots() {
@@ -494,12 +502,13 @@ struct Columns {
 /// sums, of column `col + j·C`,
 /// `C = 2^log_span / J`) in the reduction buffer over the staged
 /// activations, then one thread per (row, column) adds the `S` partials in
-/// slot order and writes y (rows `< rows`, columns `< N`).
+/// slot order (at M = 1 `ROUND` loads in flight, [`sum_slots_in_order`])
+/// and writes y (rows `< rows`, columns `< N`).
 ///
 /// # Safety
 /// Every thread of the block calls it once; `y` holds `rows` rows of `N`.
 #[inline(always)]
-unsafe fn finish<const M: usize, const J: usize, T: Elem<Raw = u16>>(
+unsafe fn finish<const M: usize, const J: usize, T: Elem<Raw = u16>, const ROUND: usize>(
     at: &Columns,
     parts: [[[f32; M]; 2]; J],
     t: u32,
@@ -524,7 +533,7 @@ unsafe fn finish<const M: usize, const J: usize, T: Elem<Raw = u16>>(
         let r = q >> log_span;
         let c = q & (span - 1);
         let v = if M == 1 {
-            unsafe { sum_slots_in_order::<1>(red(0, 0, c), span * 4, at.slots) }
+            unsafe { sum_slots_in_order::<1, ROUND>(red(0, 0, c), span * 4, at.slots) }
         } else {
             let mut v = unsafe { ptx::ld_shared_f32(red(0, r, c)) };
             for s in 1..at.slots {
@@ -542,23 +551,25 @@ unsafe fn finish<const M: usize, const J: usize, T: Elem<Raw = u16>>(
 
 /// `((v_0 + v_1) + v_2) + … + v_{S−1}` (f32 adds, round to nearest) of
 /// the slot partials `v_s` at `base + s·stride`, in slot order. The loads go
-/// in rounds of four, a whole round in flight (past the last slot a round
-/// repeats it and does not add it), so a sum of S partials waits about
-/// S / 4 shared-memory latencies instead of S. `SITE` only separates the
-/// copies of its callers ([`body`] 0, [`pair`] 1, the block variant's
-/// reduction 2): with one function for several, LLVM shaped the dense
-/// instances' loop differently and ptxas took some of them past 64
+/// in rounds of `ROUND`, a whole round in flight (past the last slot a
+/// round repeats it and does not add it), so a sum of S partials waits
+/// about S / `ROUND` shared-memory latencies instead of S. `SITE` only
+/// separates the copies of its callers ([`body`] 0, [`pair`] 1, the block
+/// variant's reduction 2): with one function for several, LLVM shaped the
+/// dense instances' loop differently and ptxas took some of them past 64
 /// registers.
 ///
 /// # Safety
 /// `base + s·stride` is a valid shared address for every `s < slots`;
 /// `slots ≥ 1`.
 #[inline(always)]
-pub(crate) unsafe fn sum_slots_in_order<const SITE: u8>(base: u32, stride: u32, slots: u32) -> f32 {
+pub(crate) unsafe fn sum_slots_in_order<const SITE: u8, const ROUND: usize>(base: u32, stride: u32, slots: u32) -> f32 {
     let at = |s: u32| base + s.min(slots - 1) * stride;
     let mut v = 0f32;
     let mut s = 0u32;
-    while s < slots {
+    while s < slots && ROUND == 4 {
+        // Rounds of four spelled out: the block variant's instances were
+        // allocated around this form.
         let (x0, x1, x2, x3) = unsafe {
             (
                 ptx::ld_shared_f32(at(s)),
@@ -578,6 +589,18 @@ pub(crate) unsafe fn sum_slots_in_order<const SITE: u8>(base: u32, stride: u32, 
             v = ptx::add_rn_f32(v, x3);
         }
         s += 4;
+    }
+    while s < slots && ROUND != 4 {
+        let x: [f32; ROUND] = core::array::from_fn(|j| unsafe { ptx::ld_shared_f32(at(s + j as u32)) });
+        for (j, &xj) in x.iter().enumerate() {
+            let i = s + j as u32;
+            if i == 0 {
+                v = xj;
+            } else if i < slots {
+                v = ptx::add_rn_f32(v, xj);
+            }
+        }
+        s += ROUND as u32;
     }
     v
 }
@@ -861,7 +884,13 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     ptx::syncwarp();
     unsafe { fma_tile::<M, K>(&tb, base, copy, at_x, &mut acc_b) };
     let at = Columns { xs, first_col, n_dim, log_span: geo.log_cols + 1, slots: geo.slots() };
-    unsafe { finish::<M, 2, T>(&at, [acc_a, acc_b], t, slot, col, rows, y) }
+    unsafe {
+        if K == 5 {
+            finish::<M, 2, T, 4>(&at, [acc_a, acc_b], t, slot, col, rows, y)
+        } else {
+            finish::<M, 2, T, 16>(&at, [acc_a, acc_b], t, slot, col, rows, y)
+        }
+    }
 }
 
 /// One grouped entry point: [`grouped`] with `PAIRS` for this max_m, k and dtype.
