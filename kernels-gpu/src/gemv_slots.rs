@@ -462,8 +462,8 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const GROUPED
         let c = q & (cols - 1);
         // (At M ≥ 2 the rounds took some instances past 64 registers, i.e.
         // to one 512-thread block per SM; the plain loop adds in the same
-        // order. At k = 5 rounds of 16 took the one-row instances' calls
-        // 5 % longer than rounds of four.)
+        // order. At k = 5 rounds of sixteen were no faster here and made
+        // the pairs form's calls 5 % slower.)
         let v = if M == 1 {
             unsafe {
                 if K == 5 {
