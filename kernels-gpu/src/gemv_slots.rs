@@ -845,8 +845,9 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     // first row is its unit: its activations are requested with the
     // offsets, not after them. Rows past the expert's own are staged too;
     // their sums are never stored.
-    // (At M ≤ 2 a thread stages at most one unit of the slots' 16 or more
-    // columns: a second load would only hold registers.)
+    // (At M ≤ 2 a thread has one unit to stage in blocks of 16 or more
+    // columns, as on the MoE shapes, so one load goes ahead; in narrower
+    // blocks the second is loaded after the offsets.)
     let mut found = None;
     if io.num_experts >= io.total_rows {
         let (x, ahead) = (x_of(unit), io.total_rows.saturating_sub(unit).min(M as u32));
