@@ -154,6 +154,73 @@ fn c_fragments_cover_the_output_tile_once_per_k_half() {
     }
 }
 
+/// The M ≤ 8 operand swap on the CPU: one k16 step of two fragments
+/// (16 weight columns) times 8 activation rows through the PTX register
+/// maps of `mma.m16n8k16` (A: [`mma_a`]; B: b_r = k rows 2t + 8r, +1 of
+/// column g; C: c_i = row g + 8(i / 2), column 2t + i % 2), with the
+/// weights in the registers the B-fragment decode gives each lane and the
+/// activations in those `ldmatrix.x2` gives (a0, a2 of the unswapped A
+/// map). Every output lands where `swapped_c_pos` says, and
+/// `swapped_source` finds every value of the unswapped C map.
+#[test]
+fn swapped_operands_put_every_output_where_the_maps_say() {
+    let mut rng = common::rng("swapped_operands_put_every_output_where_the_maps_say");
+    let w: Vec<[i64; 16]> = (0..16).map(|_| std::array::from_fn(|_| rng.random_range(-9..10))).collect();
+    let x: Vec<[i64; 16]> = (0..8).map(|_| std::array::from_fn(|_| rng.random_range(-9..10))).collect();
+    // Lane values as (low, high) element pairs.
+    let b_frag = |f: u32, lane: u32, r: u32| {
+        let (col, k) = ((8 * f + lane / 4) as usize, (2 * (lane % 4) + 8 * r) as usize);
+        (w[col][k], w[col][k + 1])
+    };
+    let x_frag = |lane: u32, reg: u32| {
+        let (row, k) = mma_a(lane, reg);
+        (x[row as usize][k as usize], x[row as usize][k as usize + 1])
+    };
+    // Swapped registers of each lane: A from the two fragments, B from the x2 load.
+    let a_regs = |lane: u32| [b_frag(0, lane, 0), b_frag(1, lane, 0), b_frag(0, lane, 1), b_frag(1, lane, 1)];
+    let b_regs = |lane: u32| [x_frag(lane, 0), x_frag(lane, 2)];
+    // The mma: gather A (16×16) and B (16×8) through the PTX maps.
+    let mut a = [[0i64; 16]; 16];
+    let mut b = [[0i64; 8]; 16];
+    for lane in 0..32 {
+        for (i, v) in a_regs(lane).into_iter().enumerate() {
+            let (row, k) = mma_a(lane, i as u32);
+            (a[row as usize][k as usize], a[row as usize][k as usize + 1]) = v;
+        }
+        for (r, v) in b_regs(lane).into_iter().enumerate() {
+            let (k, col) = ((2 * (lane % 4) + 8 * r as u32) as usize, (lane / 4) as usize);
+            (b[k][col], b[k + 1][col]) = v;
+        }
+    }
+    let mut c = [[0i64; 4]; 32];
+    for (lane, cl) in c.iter_mut().enumerate() {
+        for (i, v) in cl.iter_mut().enumerate() {
+            let (row, col) = (lane / 4 + 8 * (i / 2), 2 * (lane % 4) + i % 2);
+            *v = (0..16).map(|k| a[row][k] * b[k][col]).sum();
+        }
+    }
+    let dot = |row: u32, col: u32| (0..16).map(|k| x[row as usize][k] * w[col as usize][k]).sum::<i64>();
+    let mut seen = [[0u32; 16]; 8];
+    for lane in 0..32u32 {
+        for i in 0..4u32 {
+            let (row, col) = geo::swapped_c_pos(0, lane, i);
+            assert_eq!(c[lane as usize][i as usize], dot(row, col), "lane {lane} c{i} at ({row}, {col})");
+            seen[row as usize][col as usize] += 1;
+        }
+        assert_eq!(geo::swapped_c_pos(3, lane, 1).1, geo::swapped_c_pos(0, lane, 1).1 + 48);
+    }
+    assert!(seen.iter().flatten().all(|&s| s == 1), "every (row, column) exactly once");
+    for lane in 0..32u32 {
+        for f in 0..4u32 {
+            for e in 0..2u32 {
+                let (src, reg) = geo::swapped_source(f, lane, e);
+                let at = geo::swapped_c_pos(f / 2, src, reg);
+                assert_eq!(at, (geo::c_row(0, lane, e), geo::c_col(4, 0, f, lane, e)), "lane {lane} f {f} e {e}");
+            }
+        }
+    }
+}
+
 fn index_math_case<const K: usize>(rng: &mut SmallRng, mb: u32) {
     let words: [u32; K] = std::array::from_fn(|_| rng.random());
     let bits = K as u32;

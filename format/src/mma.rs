@@ -300,7 +300,8 @@ pub const fn ldmatrix_chunk(kstep: u32, lane: u32) -> u32 {
 
 /// `ldmatrix.x2` source row for `lane` when M ≤ 8 (rows 8-15 of the m16
 /// block are zero): lanes 0-7 and 8-15 both address rows 0-7, which yields
-/// the A registers a0 and a2 (a1 = a3 = 0). Lanes 16-31 repeat lanes 0-15
+/// the A registers a0 and a2 (a1 = a3 = 0), which are also the B registers
+/// b0, b1 of these rows as the B operand ([`swapped_c_pos`]). Lanes 16-31 repeat lanes 0-15
 /// (`ldmatrix.x2` reads only the addresses of lanes 0-15).
 #[inline(always)]
 pub const fn ldmatrix_x2_row(lane: u32) -> u32 {
@@ -356,6 +357,32 @@ pub const fn c_row(mb: u32, lane: u32, i: u32) -> u32 {
 #[inline(always)]
 pub const fn c_col(nf: u32, cg: u32, f: u32, lane: u32, i: u32) -> u32 {
     cg * 8 * nf + 8 * f + 2 * (lane & 3) + (i & 1)
+}
+
+/// With at most 8 activation rows the kernels swap the mma operands: the
+/// dequantized weights of fragments `2p` and `2p + 1` are the A operand
+/// (a0 = b0 of fragment 2p, a1 = b0 of 2p + 1, a2 = b1 of 2p, a3 = b1 of
+/// 2p + 1: A rows g and g + 8 are the two fragments' columns g), and the
+/// activation rows 0-7 from `ldmatrix.x2` are the B operand (b0, b1 = the
+/// registers the x2 load returns). One mma then covers 16 columns and 8
+/// rows with no zero rows. Accumulator value `i` of pair `p` in `lane`
+/// holds (activation row, column within the warp's `8·nf` columns)
+/// `(2·(lane % 4) + i % 2, 16p + 8·(i / 2) + lane / 4)`.
+#[inline(always)]
+pub const fn swapped_c_pos(p: u32, lane: u32, i: u32) -> (u32, u32) {
+    (2 * (lane & 3) + (i & 1), 16 * p + 8 * (i >> 1) + (lane >> 2))
+}
+
+/// Where the value that the unswapped C map ([`c_row`], [`c_col`]) puts in
+/// register `e` (0, 1) of fragment `f` of `lane` lies in the swapped
+/// accumulators ([`swapped_c_pos`]): `(source lane, register of pair f / 2)`.
+/// Row `lane / 4`, column `8f + 2·(lane % 4) + e` is held by the lane whose
+/// `lane % 4` is half the row and whose `lane / 4` is the column in its
+/// fragment, in the register of fragment `f % 2` and row parity.
+#[inline(always)]
+pub const fn swapped_source(f: u32, lane: u32, e: u32) -> (u32, u32) {
+    let (g, t) = (lane >> 2, lane & 3);
+    (4 * (2 * t + e) + (g >> 1), 2 * (f & 1) + (g & 1))
 }
 
 /// The weight bytes a block stages for K tile `kt` and columns

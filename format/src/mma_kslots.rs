@@ -57,7 +57,7 @@ pub const fn s_chunks(nf: u32) -> u32 {
 }
 
 /// Activation rows a stage holds for `m` rows: 8 (read with
-/// `ldmatrix.x2`, a1 = a3 = 0) or 16.
+/// `ldmatrix.x2`) or 16.
 #[inline(always)]
 pub const fn a_rows(m: u32) -> u32 {
     if m <= 8 { 8 } else { 16 }

@@ -25,6 +25,24 @@ use crate::elem::{Bf16, Elem, F16};
 use crate::ptx;
 use kbit_format::mma::{THREADS, deinterleave, entry_select, pair_words, table_copies, table_entries};
 
+/// Whether a loop over at most 8 activation rows (`x2`: rows 0-7 staged,
+/// read with `ldmatrix.x2`) with `nf` fragments per warp swaps the mma
+/// operands ([`mma_swapped`]): it needs a pair of fragments.
+pub const fn swapped(x2: bool, nf: usize) -> bool {
+    x2 && nf >= 2
+}
+
+/// The two k16 steps of one quant block for fragments 2p and 2p + 1 with
+/// the operands swapped (`kbit_format::mma::swapped_c_pos`): the weights
+/// `w0`, `w1` ([`dequant`] of the two fragments) are A, the activation
+/// registers `x[s]` of step s (`ldmatrix.x2` of rows 0-7) are B, so that
+/// each mma covers 16 columns and 8 rows.
+#[inline(always)]
+pub fn mma_swapped<T: MmaElem>(w0: &[u32; 4], w1: &[u32; 4], x: &[[u32; 2]; 2], acc: [f32; 4]) -> [f32; 4] {
+    let acc = T::mma([w0[0], w1[0], w0[1], w1[1]], x[0], acc);
+    T::mma([w0[2], w1[2], w0[3], w1[3]], x[1], acc)
+}
+
 /// An mma input type: f16 or bf16.
 pub trait MmaElem: Elem<Raw = u16> {
     /// `T(lo) | T(hi) << 16`, both rounded to nearest even.

@@ -16,8 +16,9 @@
 //! on the CPU):
 //! - A (ldmatrix.x4): lane l addresses row `16mb + l % 16`, 8-column chunk
 //!   `2·kstep + l / 16`, giving a0..a3 = A[g | g+8][2t.. | 2t+8..]. With
-//!   M ≤ 8, one m block and k = 5, `ldmatrix.x2` of rows 0-7 gives a0 and
-//!   a2, and a1 = a3 = 0.
+//!   M ≤ 8 and one m block (`x2_loop`) the operands are swapped:
+//!   `ldmatrix.x2` of rows 0-7 gives the B registers, the weights of
+//!   fragments 2p and 2p + 1 are the A operand (`fragment::mma_swapped`).
 //! - B (dequantized): lane l holds column `cg·8NF + 8f + g`, elements
 //!   `8q + 2t + e` of the warp's quant block (see `fragment`): q = 0, 1 →
 //!   b0, b1 of step 2kh, q = 2, 3 → b0, b1 of step 2kh+1.
@@ -45,10 +46,7 @@
 //! zeros. Activation rows past M are zero-filled too (interior stages by
 //! `cp.async`'s ignore-src predicate, the address clamped to row M − 1).
 //! With M ≤ 8 and one m block (the instances of `x2_loop`), interior
-//! stages do not write rows 8-15: k = 5 reads rows 0-7 with
-//! `ldmatrix.x2` (a1 = a3 = 0, see `kbit_format::mma::ldmatrix_x2_row`),
-//! k = 3, 4 zero rows 8-15 of every slot once at the start and read all
-//! 16 rows.
+//! stages do not write rows 8-15, and nothing reads them.
 //!
 //! # Pipeline
 //!
@@ -507,15 +505,8 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
     // a small part of a call). A grouped unit is past the wait already (it
     // had to find its expert).
     let table = unsafe { fragment::load_table::<K, MB>(a.cb, tid) };
-    // The M ≤ 8 loop copies A rows 0-7 only. Where it reads all 16 rows
-    // with `ldmatrix.x4` (`x2_reads`), rows 8-15 of every slot are zeroed
-    // once, before any copy is issued (the barrier orders the stores before
-    // the copies' zero fills of the same rows in edge stages).
-    let x2 = x2_loop(K, MB, NF) && b.m(a) <= 8;
-    if x2 && !x2_reads(K) {
-        unsafe { zero_rows_8_15(st0, a.stages * kt_stage, tb, tid) };
-        ptx::bar_sync();
-    }
+    // The M ≤ 8 loop copies and reads A rows 0-7 only.
+    let x2 = x2_loop(MB) && b.m(a) <= 8;
     if table_first(K, MB) {
         unsafe { fragment::store_table::<K, MB, T>(tbl, &table, tid) };
     }
@@ -571,9 +562,9 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
     // 0 (the host validates KT ≤ 4), but unknown to the compilers.
     let zero = a.stage_tiles >> 3;
     // The main loop, compiled twice where `x2_loop` says so: with M ≤ 8 the
-    // interior copies skip A rows 8-15 (zeroed above where `ldmatrix.x4`
-    // reads them, never read where `x2_reads`). A branch per stage
-    // instead would stop ptxas from interleaving a stage's tiles.
+    // interior copies skip A rows 8-15, which nothing reads (the operands
+    // are swapped, `compute`). A branch per stage instead would stop ptxas
+    // from interleaving a stage's tiles.
     macro_rules! main_loop {
         ($x2:literal) => {{
             let mut ln = ln;
@@ -619,7 +610,8 @@ pub unsafe fn run<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
 
                 cs.kt += len;
                 if cs.kt == cs.kt_end {
-                    unsafe { epilogue::<K, MB, NF, T, B>(a, b, &cs, &s, smem, tid, &acc) };
+                    let sums = if $x2 { unswap(&acc, tid & 31) } else { acc };
+                    unsafe { epilogue::<K, MB, NF, T, B>(a, b, &cs, &s, smem, tid, &sums) };
                     acc = [[[0f32; 4]; NF]; MB];
                     cs = cs.next_item(&s);
                 }
@@ -762,42 +754,14 @@ const fn table_first(k: usize, mb: usize) -> bool {
 }
 
 /// Whether an instance has the M ≤ 8 main loop (interior copies of A rows
-/// 0-7 only; rows 8-15 zeroed once, [`zero_rows_8_15`]): at one m block,
-/// for k = 5 and for the 128-column tiles of k = 3, 4. Measured per
-/// instance: elsewhere the second loop made the instance slower
-/// (Llama-3-8B gate/up, 64-column tiles, M = 8, k = 4: 24.6 → 26.1 µs;
-/// Llama-3-70B M = 8, k = 2: 74.4 → 76.7 µs; both with the earlier form,
-/// which read rows 0-7 with `ldmatrix.x2` and set a1 = a3 = 0).
-const fn x2_loop(k: usize, mb: usize, nf: usize) -> bool {
-    mb == 1 && (k == 5 || (nf == 4 && k >= 3))
-}
-
-/// Whether the M ≤ 8 loop reads A with `ldmatrix.x2` of rows 0-7 and
-/// a1 = a3 = 0 (k = 5) rather than with `ldmatrix.x4` over rows 8-15
-/// zeroed once at the start (k = 3, 4). The zero registers cost ≈ 3 moves
-/// per mma, which ptxas re-materializes every tile (Llama-3-70B M = 8,
-/// k = 4: 47.2 M warp instructions against 41.9 M at M = 16); the x4 form
-/// made the k = 3, 4 instances 6-8 % faster at M ≤ 8 and the k = 5 ones
-/// 2-6 % slower (H100).
-const fn x2_reads(k: usize) -> bool {
-    k == 5
-}
-
-/// Zeroes A rows 8-15 of m block 0 (bytes 1024..2048 of the A part) in the
-/// `slots` K-tile slots from `st0`, `tb` bytes apart: 64 chunks of 16
-/// bytes per slot, spread over the block's threads.
-///
-/// # Safety
-/// The slots lie in the dynamic shared memory; no copy into them is in
-/// flight.
-#[inline(always)]
-unsafe fn zero_rows_8_15(st0: u32, slots: u32, tb: u32, tid: u32) {
-    let half = 8 * geo::A_ROW_BYTES;
-    let mut i = tid;
-    while i < 64 * slots {
-        unsafe { ptx::st_shared_v4(st0 + (i / 64) * tb + half + 16 * (i % 64), [0; 4]) };
-        i += geo::THREADS;
-    }
+/// 0-7 only, swapped operands, see [`compute`]): every one-m-block
+/// instance. The instances that had only the plain loop before (k = 2,
+/// and 64-column tiles at k = 3, 4), where the earlier form of this loop
+/// (A = rows 0-7, a1 = a3 = 0) had been slower, gained with the swap
+/// (H200, M = 5 and 8: Llama-3-70B k = 2 −9 %, Llama-3-8B k = 2 −5 %,
+/// `moe_dn` ×8 grouped k = 2..4 −2 to −4 %).
+const fn x2_loop(mb: usize) -> bool {
+    mb == 1
 }
 
 /// Whether a dense launch copies the weights of its first stages into
@@ -901,7 +865,7 @@ unsafe fn copy_grid(
 /// Interior copies of a stage (see [`issue`]). Activations: 8 chunks of 16
 /// bytes per row of each slot, rows ≥ M zero-filled (ignore-src, the address
 /// clamped to row M − 1); with `X2` (M ≤ 8, see [`x2_loop`]) rows 8-15 are
-/// not written (zeroed at the start for k = 3, 4; never read at k = 5). Planes and scales: the span chunks of each slot's
+/// neither written nor read. Planes and scales: the span chunks of each slot's
 /// windows, then per slot the one chunk past the span (scales; planes for
 /// odd k), which holds the window's offset bytes (0..16) and is zero-filled
 /// beyond (warps 7 and 6 issue these).
@@ -1082,7 +1046,7 @@ struct Lanes {
     /// `ldmatrix` source of m block 0, k16 steps 2kh and 2kh + 1 (m block
     /// `mb` adds `16·mb` rows: same `row % 8`, same swizzle).
     a: [u32; 2],
-    /// `ldmatrix.x2` source of k16 steps 2kh and 2kh + 1 (M ≤ 8, [`x2_reads`]).
+    /// `ldmatrix.x2` source of k16 steps 2kh and 2kh + 1 (the M ≤ 8 loop).
     a8: [u32; 2],
     /// Plane words of fragment 0's (column, quant block), without the
     /// window offset; fragment f adds `64·k·f` (8 columns).
@@ -1128,9 +1092,11 @@ impl Lanes {
 }
 
 /// Multiplies K tile `kt` of the n tile at column `n0`, staged in the slot
-/// at `buf`, into the accumulators. In the M ≤ 8 loop (`X2`) of a k with
-/// [`x2_reads`], the A fragments come from `ldmatrix.x2` of rows 0-7 with
-/// a1 = a3 = 0; otherwise from `ldmatrix.x4` (rows 8-15 zero there).
+/// at `buf`, into the accumulators. The M ≤ 8 loop (`X2`, one m block)
+/// swaps the operands: `ldmatrix.x2` of rows 0-7 gives the B registers,
+/// fragments 2p and 2p + 1 are the A operand, and `acc[0][p]` holds pair p
+/// in the swapped C map (`kbit_format::mma::swapped_c_pos`; [`unswap`]
+/// turns it back). Otherwise A comes from `ldmatrix.x4`.
 #[inline(always)]
 unsafe fn compute<const K: usize, const MB: usize, const NF: usize, T: MmaElem, const X2: bool>(
     a: &Args,
@@ -1145,30 +1111,56 @@ unsafe fn compute<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
     let (off_w, off_s) = geo::window_offsets(a.n, kt, n0, kb);
     let w_base = buf + ln.w + off_w;
     let s_base = buf + ln.s + off_s;
-
-    let mut frag_a = [[[0u32; 4]; 2]; MB];
-    if X2 && MB == 1 && x2_reads(K) {
-        for s2 in 0..2 {
-            let [lo, hi] = unsafe { ptx::ldmatrix_x2(buf + ln.a8[s2]) };
-            frag_a[0][s2] = [lo, 0, hi, 0];
-        }
-    } else {
-        unrolled!(MB, mb => {
-            for s2 in 0..2 {
-                let at = buf + ln.a[s2] + 16 * geo::A_ROW_BYTES * mb as u32;
-                frag_a[mb][s2] = unsafe { ptx::ldmatrix_x4(at) };
-            }
-        });
-    }
-    unrolled!(NF, f => {
+    let weights = |f: usize| {
         let planes = unsafe { fragment::load_planes::<K>(w_base + 64 * kb * f as u32) };
         let scale = unsafe { ptx::ld_shared_u8(s_base + 16 * f as u32) };
-        let b = unsafe { fragment::dequant::<K, MB, T>(&planes, &ln.rot, tbl, ln.lanes, scale) };
+        unsafe { fragment::dequant::<K, MB, T>(&planes, &ln.rot, tbl, ln.lanes, scale) }
+    };
+
+    if X2 && MB == 1 {
+        let x = [0, 1].map(|s2| unsafe { ptx::ldmatrix_x2(buf + ln.a8[s2]) });
+        unrolled!(NF / 2, p => {
+            let (w0, w1) = (weights(2 * p), weights(2 * p + 1));
+            acc[0][p] = fragment::mma_swapped::<T>(&w0, &w1, &x, acc[0][p]);
+        });
+        return;
+    }
+    let mut frag_a = [[[0u32; 4]; 2]; MB];
+    unrolled!(MB, mb => {
+        for s2 in 0..2 {
+            let at = buf + ln.a[s2] + 16 * geo::A_ROW_BYTES * mb as u32;
+            frag_a[mb][s2] = unsafe { ptx::ldmatrix_x4(at) };
+        }
+    });
+    unrolled!(NF, f => {
+        let b = weights(f);
         unrolled!(MB, mb => {
             acc[mb][f] = T::mma(frag_a[mb][0], [b[0], b[1]], acc[mb][f]);
             acc[mb][f] = T::mma(frag_a[mb][1], [b[2], b[3]], acc[mb][f]);
         });
     });
+}
+
+/// The accumulators of the M ≤ 8 loop (pair p of the swapped C map in
+/// `acc[0][p]`) in the C map of every other loop (fragment f in
+/// `acc[0][f]`; c2, c3, rows 8-15, zero): each value comes from the lane
+/// and register of `kbit_format::mma::swapped_source`, two shuffles per
+/// value (the register depends on the receiving lane's row parity).
+#[inline(always)]
+fn unswap<const MB: usize, const NF: usize>(acc: &[[[f32; 4]; NF]; MB], lane: u32) -> [[[f32; 4]; NF]; MB] {
+    let mut out = [[[0f32; 4]; NF]; MB];
+    let odd = (lane >> 2) & 1 == 1;
+    unrolled!(NF, f => {
+        for e in 0..2u32 {
+            let (src, reg) = geo::swapped_source(f as u32, lane, e);
+            // Both candidates of the pair: registers reg & !1 and reg | 1.
+            let even_reg = (reg & 2) as usize;
+            let lo = ptx::shfl_idx(acc[0][f / 2][even_reg].to_bits(), src);
+            let hi = ptx::shfl_idx(acc[0][f / 2][even_reg + 1].to_bits(), src);
+            out[0][f][e as usize] = f32::from_bits(if odd { hi } else { lo });
+        }
+    });
+    out
 }
 
 /// Index of (m block, fragment, thread of K half 0) in fragment order: the

@@ -14,9 +14,12 @@
 //! column read the same bytes) and holds B of that column exactly as the
 //! pipelined kernel's warps do. A goes through the same ring (8 rows for
 //! M ≤ 8, 16 otherwise, swizzled as in the pipelined kernel) and comes out
-//! with `ldmatrix` (`.x2` of rows 0-7 with a1 = a3 = 0 for M ≤ 8, `.x4`
-//! above). Rows ≥ M and columns past K are zero-filled by the copies, so
-//! `K % 64 == 32` reads nothing past K.
+//! with `ldmatrix` (`.x4` above 8 rows; `.x2` of rows 0-7 at M ≤ 8, where
+//! blocks of two fragments or more swap the operands: the weights of
+//! fragments 2p, 2p + 1 are A and the 8 rows B, one mma per pair and k16
+//! step, `kbit_format::mma::swapped_c_pos`; one-fragment blocks keep A =
+//! rows 0-7 with a1 = a3 = 0). Rows ≥ M and columns past K are
+//! zero-filled by the copies, so `K % 64 == 32` reads nothing past K.
 //!
 //! # Pipeline
 //!
@@ -36,9 +39,10 @@
 //!
 //! # Reduction
 //!
-//! Each warp stores its f32 accumulators (`red[slot][f][i][lane]`,
-//! conflict-free), one barrier, then one thread per output adds the eight
-//! slot partials in slot order and rounds once to T. The order depends on
+//! Each warp stores its f32 accumulators (`red[slot][f][i][lane]`, f a
+//! fragment or with swapped operands a pair, conflict-free), one barrier,
+//! then one thread per output adds the eight slot partials in slot order
+//! and rounds once to T. The order depends on
 //! nothing but the shape, so results are the same bits on every call.
 //!
 //! # Grouped (MoE experts)
@@ -141,9 +145,10 @@ unsafe fn copy_window(dst: u32, base: *const u8, at: u64, end: u64, chunks: u32,
     }
 }
 
-/// The A fragments of the four k16 steps of the tile staged at `a`: with
-/// `X2` (M ≤ 8) `ldmatrix.x2` of rows 0-7 and a1 = a3 = 0, else
-/// `ldmatrix.x4` of 16 rows.
+/// The activation fragments of the four k16 steps of the tile staged at
+/// `a`: with `X2` (M ≤ 8) `ldmatrix.x2` of rows 0-7 (a0, a2; a1 = a3 = 0,
+/// or the B operand of [`fragment::mma_swapped`]), else `ldmatrix.x4` of
+/// 16 rows.
 #[inline(always)]
 unsafe fn load_a<const X2: bool>(a: u32, lane: u32) -> [[u32; 4]; 4] {
     core::array::from_fn(|s| {
@@ -176,11 +181,27 @@ unsafe fn tile_mma<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(
     let a = unsafe { load_a::<X2>(stage + ks::a_offset_in_stage(kb, NF as u32), lane) };
     let w = stage + off_w + 8 * kb * g;
     let sc = stage + 16 * ks::w_chunks(kb, NF as u32) + off_s + 2 * g;
+    let weights = |f: usize, h: u32| {
+        let planes = unsafe { fragment::load_planes::<K>(w + 64 * kb * f as u32 + 4 * kb * h) };
+        let scale = unsafe { ptx::ld_shared_u8(sc + 16 * f as u32 + h) };
+        unsafe { fragment::dequant::<K, 1, T>(&planes, rot, tbl, lanes, scale) }
+    };
+    if fragment::swapped(X2, NF) {
+        // Fragment pair p accumulates in acc[p] (swapped C map).
+        unrolled!(NF / 2, p => {
+            for h in 0..2u32 {
+                let (w0, w1) = (weights(2 * p, h), weights(2 * p + 1, h));
+                // a0, a2 of the x2 load of k16 steps 2h and 2h + 1.
+                let s = 2 * h as usize;
+                let x = [[a[s][0], a[s][2]], [a[s + 1][0], a[s + 1][2]]];
+                acc[p] = fragment::mma_swapped::<T>(&w0, &w1, &x, acc[p]);
+            }
+        });
+        return;
+    }
     unrolled!(NF, f => {
         for h in 0..2u32 {
-            let planes = unsafe { fragment::load_planes::<K>(w + 64 * kb * f as u32 + 4 * kb * h) };
-            let scale = unsafe { ptx::ld_shared_u8(sc + 16 * f as u32 + h) };
-            let b = unsafe { fragment::dequant::<K, 1, T>(&planes, rot, tbl, lanes, scale) };
+            let b = weights(f, h);
             let h = h as usize;
             acc[f] = T::mma(a[2 * h], [b[0], b[1]], acc[f]);
             acc[f] = T::mma(a[2 * h + 1], [b[2], b[3]], acc[f]);
@@ -354,20 +375,26 @@ unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &
 
     // The reduction buffer lies over the rings: every warp is past its loop
     // (and its last copies) first.
+    // With swapped operands only the first NF / 2 accumulator sets hold
+    // values (fragment pairs, `swapped_c_pos`).
+    let sw = fragment::swapped(X2, NF);
+    let sets = if sw { nfu / 2 } else { nfu };
     ptx::bar_sync();
     unrolled!(NF, f => {
-        for (r, v) in acc[f].iter().enumerate() {
-            unsafe { ptx::st_shared_f32(red + ks::red_offset(nfu, slot, f as u32, r as u32, lane), *v) };
+        if (f as u32) < sets {
+            for (r, v) in acc[f].iter().enumerate() {
+                unsafe { ptx::st_shared_f32(red + ks::red_offset(nfu, slot, f as u32, r as u32, lane), *v) };
+            }
         }
     });
     ptx::bar_sync();
-    // One thread per (fragment, register, lane): the same index as a red
-    // word of slot 0, so consecutive threads read consecutive words.
-    let outputs = nfu * 4 * 32;
+    // One thread per (set, register, lane): the same index as a red word
+    // of slot 0, so consecutive threads read consecutive words.
+    let outputs = sets * 4 * 32;
     let mut q = tid;
     while q < outputs {
         let (f, r, l) = (q >> 7, (q >> 5) & 3, q & 31);
-        let (row, col) = ks::c_pos(f, r, l);
+        let (row, col) = if sw { geo::swapped_c_pos(f, l, r) } else { ks::c_pos(f, r, l) };
         let n = n0 + col;
         if row < m && n < a.n {
             let slot_stride = ks::red_offset(nfu, 1, 0, 0, 0);
