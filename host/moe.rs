@@ -4,8 +4,8 @@
 //! ```text
 //! max_m = 1, or max_m = 2, 3 with < 32 experts with rows
 //!                  grouped scalar GEMV (kernel 4): one launch over all experts
-//!                  (max_m = 3 with K ≥ 512 where kernel 5 runs its K-slot
-//!                  plan: kernel 5)
+//!                  (max_m = 3, and 2 at k ≤ 4, with K ≥ 512 where kernel 5
+//!                  runs its K-slot plan: kernel 5)
 //! max_m ≤ 64       grouped tensor-core GEMM (kernel 5): one launch over all experts
 //! max_m > 64       dequant + cuBLAS: grouped dequantize of the active experts
 //!                  → gather x into [E, max_m, K] (zero rows past each expert's
@@ -40,7 +40,7 @@ const GROUPED_SCALAR_MAX_M: usize = 4;
 /// Whether the dispatch gives `max_m` rows per expert of `bits` bits to the
 /// grouped scalar GEMV, for fewer than [`GROUPED_MMA_AUTO_MIN_UNITS`]
 /// experts with rows and where the tensor-core kernel has no K-slot plan
-/// (which goes first at max_m = 3, 4, and 2 at k = 3). H100, 8 experts of
+/// (which goes first at max_m = 3, 4, and 2 at k ≤ 4). H100, 8 experts of
 /// 512×2048 (K × N, `moe_dn`; tables of 0dc070b to 0391271, µs, GEMV
 /// against the tensor-core kernel):
 /// - max_m ≤ 2: every k (max_m = 2, k = 2 / 5: 3.82–3.85 / 4.45–4.51
@@ -65,7 +65,7 @@ fn grouped_gemv_preferred(max_m: usize, bits: u32) -> bool {
 /// 10.8 / 12.8). max_m = 1 stays with the GEMV at any count (64 experts ×
 /// 1 row, k = 2 / 4: 40.7 / 47.4 against 53.1 / 52.2).
 const GROUPED_MMA_AUTO_MIN_UNITS: usize = 32;
-/// Smallest K for which `max_m = 3, 4` (and 2 at k = 3) go to the grouped
+/// Smallest K for which `max_m = 3, 4` (and 2 at k ≤ 4) go to the grouped
 /// tensor-core GEMM where it runs its K-slot plan: 8 K tiles, one for each
 /// of a block's K slots. Measured on 8 experts of 2048×512 (H100,
 /// `…-bdf07a1.md`, max_m = 3, k = 2 / 3 / 4 / 5): 4.69 / 5.00 / 5.33 /
@@ -74,12 +74,15 @@ const GROUPED_MMA_AUTO_MIN_UNITS: usize = 32;
 /// 4.51–4.58 / 4.57–4.61 / 4.88–4.92 / 5.41–5.47 against 5.70–6.41 for
 /// the GEMV.
 const KSLOTS_MIN_K: usize = 512;
-/// The one bit width at which `max_m = 2` also goes to the grouped K-slot
-/// plan (same K bound). 8 experts of 2048×512 (H100, tables of 8bdc9ff,
-/// 8d2f8a1 and a716b1e, µs, tensor-core kernel against the GEMV): k = 3
-/// 4.53–4.61 against 4.87–4.95; k = 2 even (4.48–4.57 against 4.45–4.54),
-/// the GEMV ahead at k = 4 (4.63–4.72 against 4.85–4.92) and k = 5.
-const KSLOTS_TWO_ROW_BITS: u32 = 3;
+/// Whether `max_m = 2` also goes to the grouped K-slot plan at `bits` bits
+/// (same K bound): k = 2..4. 8 experts of 2048×512 (H200, tables of
+/// a9ede6d, whose M ≤ 8 loops swap the mma operands; µs, tensor-core kernel
+/// against the GEMV): k = 2 / 3 / 4 3.74 / 4.09 / 4.24 against 4.81 / 4.76
+/// / 4.93, k = 5 5.40 against 5.46 (even; before the swap the GEMV was
+/// ahead at k = 4, 5 on the H100: 4.63–4.72 against 4.85–4.92 at k = 4).
+const fn kslots_two_rows(bits: u32) -> bool {
+    bits <= 4
+}
 /// Largest `max_m` the grouped tensor-core GEMM serves.
 const GROUPED_MMA_MAX_M: usize = kbit_format::mma::MAX_M as usize;
 
@@ -152,10 +155,10 @@ impl Context {
                 let aligned = dptr(x, self) % 16 == 0;
                 // Both grouped kernels read 16-byte aligned activations only.
                 let few = units < GROUPED_MMA_AUTO_MIN_UNITS;
-                // At max_m = 3, 4, and at max_m = 2 for k = 3, a grouped
+                // At max_m = 3, 4, and at max_m = 2 for k ≤ 4, a grouped
                 // K-slot plan puts the tensor-core kernel ahead of the GEMV;
                 // it runs as planned here.
-                let kslots_first = matches!(max_m, 3 | 4) || (max_m == 2 && experts.bits() == KSLOTS_TWO_ROW_BITS);
+                let kslots_first = matches!(max_m, 3 | 4) || (max_m == 2 && kslots_two_rows(experts.bits()));
                 if aligned && kslots_first && experts.shape().k >= KSLOTS_MIN_K {
                     // A plan that cannot be made leaves the choice below.
                     let rows = crate::experts::check_grouped(experts, expert_offsets.len(), max_m, x.len(), y.len())?;
