@@ -224,20 +224,31 @@ fn swapped_operands_put_every_output_where_the_maps_say() {
 fn index_math_case<const K: usize>(rng: &mut SmallRng, mb: u32) {
     let words: [u32; K] = std::array::from_fn(|_| rng.random());
     let bits = K as u32;
-    let copies = geo::table_copies(bits, mb);
+    let (copies, entry) = (geo::table_copies(bits, mb), geo::entry_bytes(bits, mb));
+    let index_bits = geo::table_index_bits(bits, mb);
+    let split = geo::splits_low_bit(bits, mb);
     for lane in 0..32u32 {
         let two_t = 2 * (lane % 4);
         let rot = geo::rotations(two_t);
-        let (lo, hi) = geo::pair_words(&words, &rot, geo::lane_bytes(lane, copies), copies);
+        let (lo, hi) = geo::entry_words(&words, &rot, geo::lane_bytes(lane, bits, mb), mb);
+        let sel = geo::low_bit_selects(words[0], two_t);
         for q in 0..4u32 {
             let ia = planes::index(&words, (8 * q + two_t) as usize);
             let ib = planes::index(&words, (8 * q + two_t + 1) as usize);
             let at = geo::prmt(lo, hi, geo::entry_select(q));
-            // Word `e·C + lane % C` of a table of `table_bytes` bytes.
-            assert_eq!(at % (4 * copies), 4 * (lane % copies), "k={K} mb={mb} lane={lane} q={q}");
-            assert!(at < geo::table_bytes(bits, mb), "k={K} mb={mb} address {at}");
-            let pair = at / (4 * copies);
-            assert_eq!((geo::deinterleave(pair, 0, bits), geo::deinterleave(pair, 1, bits)), (ia, ib));
+            // Copy `lane % C` of entry `e` of a table of `table_bytes` bytes.
+            assert_eq!(at % (entry * copies), entry * (lane % copies), "k={K} mb={mb} lane={lane} q={q}");
+            assert!(at + entry <= geo::table_bytes(bits, mb), "k={K} mb={mb} address {at}");
+            let pair = at / (entry * copies);
+            let (ea, eb) = (geo::deinterleave(pair, 0, index_bits), geo::deinterleave(pair, 1, index_bits));
+            if split {
+                // The entry's two words with each value standing for its index.
+                let w = [(2 * ea) | ((2 * eb) << 16), (2 * ea + 1) | ((2 * eb + 1) << 16)];
+                let v = geo::prmt(w[0], w[1], sel[q as usize % 2] >> (16 * (q / 2)));
+                assert_eq!((v & 0xFFFF, v >> 16), (ia, ib), "k={K} mb={mb} lane={lane} q={q}");
+            } else {
+                assert_eq!((ea, eb), (ia, ib));
+            }
         }
     }
 }
@@ -254,7 +265,8 @@ fn prmt_model_matches_the_ptx_definition() {
 fn pair_indices_match_the_bit_planes() {
     let mut rng = common::rng("pair_indices_match_the_bit_planes");
     for _ in 0..1000 {
-        for mb in 1..=4 {
+        for mb in 0..=4 {
+            // (0: the layout of the K-slot and warpgroup kernels, `PAIRS`.)
             index_math_case::<2>(&mut rng, mb);
             index_math_case::<3>(&mut rng, mb);
             index_math_case::<4>(&mut rng, mb);

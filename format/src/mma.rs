@@ -14,7 +14,10 @@
 //! table:    codebook lookup, 4^k pair entries, C = table_copies(k, MB) copies
 //!           of each: word e·C + lane % C (byte address e·4C + 4·(lane % C):
 //!           one `prmt` per lookup, see pair_words); C = 32 for k <= 4 (one
-//!           copy per lane: conflict-free lookups), 8 or 4 for k = 5
+//!           copy per lane: conflict-free lookups), 4 for k = 5 from two m
+//!           blocks on. k = 5 at one m block: 4^4 entries of 8 bytes, 16
+//!           copies (see splits_low_bit); the K-slot and warpgroup
+//!           kernels' layout (PAIRS): 8 copies of the 4^5 pair entries
 //! misc:     the split-K "last block" flag (bytes 0..4); the grouped kernel
 //!           parks its unit's six base pointers in bytes 16..64
 //! epilogue: 16·MB × TILE_N f32, K-half reduction in fragment order
@@ -57,13 +60,53 @@ pub const fn tile_n(nf: u32) -> u32 {
     8 * nf * COL_GROUPS
 }
 
-/// Entries of the lookup table: one per pair of indices, 4^k.
+/// The table layout of the K-slot and warpgroup kernels, passed where the
+/// pipelined kernel passes its m blocks: the one-m-block layout, without
+/// the split of [`splits_low_bit`] (k = 5: 8 copies of the 4^5 pair
+/// entries, 32 KiB). At k = 5 the split table made the
+/// pipelined kernel 5-10 % faster (H200: Llama-3-70B and -8B, `moe_dn` ×8
+/// grouped, M = 5..16) but the K-slot kernel 3-7 % slower on the Qwen3
+/// dense shapes (`gate/up` +7 %) and the warpgroup GEMM 10 % slower at
+/// M = 128.
+pub const PAIRS: u32 = 0;
+
+/// Whether the table of a `bits`-bit weight at `mb` m blocks splits off
+/// the low index bit (k = 5 at one m block of the pipelined kernel; not
+/// [`PAIRS`]): an entry is then addressed by
+/// the upper k − 1 bits of the pair's two indices and holds 8 bytes, the
+/// pair's values with both low bits 0 (word 0) and both 1 (word 1); one
+/// `prmt` per lookup picks each half from the word its low bit names
+/// ([`low_bit_selects`]). 16 copies of 8 bytes give each lane of a half
+/// warp its own two banks, so a 64-bit lookup takes the two wavefronts of
+/// its 256 bytes, where 8 copies of the 4^5-entry table took ≈ 3 for half
+/// the bytes, in the same 32 KiB.
 #[inline(always)]
-pub const fn table_entries(bits: u32) -> u32 {
-    1 << (2 * bits)
+pub const fn splits_low_bit(bits: u32, mb: u32) -> bool {
+    bits == 5 && mb == 1
 }
 
-/// Copies of each table entry, one 4-byte word each; lane l reads copy
+/// Index bits of an element that address the table: k, or k − 1 where the
+/// low bit is split off ([`splits_low_bit`]).
+#[inline(always)]
+pub const fn table_index_bits(bits: u32, mb: u32) -> u32 {
+    bits - splits_low_bit(bits, mb) as u32
+}
+
+/// Bytes of one copy of an entry: a pair of values (4), or two pairs where
+/// the low bit is split off (8).
+#[inline(always)]
+pub const fn entry_bytes(bits: u32, mb: u32) -> u32 {
+    if splits_low_bit(bits, mb) { 8 } else { 4 }
+}
+
+/// Entries of the lookup table: one per pair of table indices
+/// ([`table_index_bits`]), 4^k or 4^(k − 1).
+#[inline(always)]
+pub const fn table_entries(bits: u32, mb: u32) -> u32 {
+    1 << (2 * table_index_bits(bits, mb))
+}
+
+/// Copies of each table entry ([`entry_bytes`] each); lane l reads copy
 /// `l % copies`. With 32 (one per lane) 32 lanes with arbitrary indices hit
 /// 32 distinct banks: k = 2, 3 (2, 8 KiB) and k = 4 (32 KiB) except at two
 /// m blocks. With C copies the 32/C lanes of a copy share 32/C banks: a
@@ -75,24 +118,28 @@ pub const fn table_entries(bits: u32) -> u32 {
 /// - k = 5 (one copy per lane would take 128 KiB): 8 copies (32 KiB) at one
 ///   m block, 2 % faster than 4 there; 4 copies (16 KiB) from two m blocks
 ///   on, 4 % faster at M = 32 and 10 % at M = 64. Either is 5-15 % faster
-///   than two single-index lookups per pair.
+///   than two single-index lookups per pair. One m block of the pipelined
+///   kernel now takes the split table of [`splits_low_bit`] (16 copies of
+///   8 bytes, 32 KiB); the K-slot and warpgroup kernels ([`PAIRS`]) keep
+///   the 8 copies of 4 bytes.
 /// - k = 4, two m blocks: 16 copies, 5-10 % faster at M = 17..32. At three
 ///   m blocks 16 copies made 70B 17 % faster but the design shapes and
 ///   Llama-3-8B 2-5 % slower; at four, no faster.
 #[inline(always)]
 pub const fn table_copies(bits: u32, mb: u32) -> u32 {
     match (bits, mb) {
-        (5, 1) => 8,
+        (5, 1) => 16,
+        (5, PAIRS) => 8,
         (5, _) => 4,
         (4, 2) => 16,
         _ => 32,
     }
 }
 
-/// Bytes of the lookup table: entries × copies words.
+/// Bytes of the lookup table: entries × copies × entry bytes.
 #[inline(always)]
 pub const fn table_bytes(bits: u32, mb: u32) -> u32 {
-    table_entries(bits) * table_copies(bits, mb) * 4
+    table_entries(bits, mb) * table_copies(bits, mb) * entry_bytes(bits, mb)
 }
 
 /// Bytes of the epilogue buffer: 16·MB × TILE_N f32.
@@ -413,12 +460,47 @@ pub const fn window_offsets(n_dim: u32, kt: u32, n0: u32, bits: u32) -> (u32, u3
     (col.wrapping_mul(8 * bits) & 15, col.wrapping_mul(2) & 15)
 }
 
-/// `4·(lane % C)` in every byte, for a table of C = `copies`
-/// ([`table_copies`]): the byte offset of the lane's copy inside a table
-/// entry, ready to be merged into [`pair_words`].
+/// The byte offset of the lane's copy inside a table entry of the table of
+/// a `bits`-bit weight at `mb` m blocks, `entry_bytes · (lane % C)` with C
+/// = [`table_copies`], in every byte: ready to be merged into
+/// [`pair_words`] by [`entry_words`].
 #[inline(always)]
-pub const fn lane_bytes(lane: u32, copies: u32) -> u32 {
-    (4 * (lane % copies)) * 0x0101_0101
+pub const fn lane_bytes(lane: u32, bits: u32, mb: u32) -> u32 {
+    (entry_bytes(bits, mb) * (lane % table_copies(bits, mb))) * 0x0101_0101
+}
+
+/// [`pair_words`] of the planes that address the table of a `K`-bit weight
+/// at `mb` m blocks: all `K`, or planes 1.. where the low bit is split off
+/// ([`splits_low_bit`]; its 16 copies of 8 bytes are laid out as 32 of 4).
+/// `lanes` = [`lane_bytes`]`(lane, K, mb)`.
+#[inline(always)]
+pub fn entry_words<const K: usize>(planes: &[u32; K], rot: &[u32; 8], lanes: u32, mb: u32) -> (u32, u32) {
+    if splits_low_bit(K as u32, mb) {
+        let upper = [planes[1 % K], planes[2 % K], planes[3 % K], planes[4 % K]];
+        pair_words(&upper, rot, lanes, 32)
+    } else {
+        pair_words(planes, rot, lanes, table_copies(K as u32, mb))
+    }
+}
+
+/// `prmt` selectors that pick the values of pair q (elements `8q + two_t`
+/// and `8q + two_t + 1`, as in [`pair_words`]) from the two words of an
+/// entry of the split table ([`splits_low_bit`]) by the elements' low index
+/// bits, plane 0's bits: word 0 holds the selectors of q = 0 (bits 0..16)
+/// and q = 2 (bits 16..32), word 1 those of q = 1 and 3. A selector is
+/// `0x3210`, plus `0x0044` when a's bit is set (bytes 4, 5: word 1's low
+/// half) and `0x4400` when b's is (bytes 6, 7); `(x · 0x2244) & 0x4444`
+/// of the two bits `x` = a | b << 1 gives both additions at once.
+#[inline(always)]
+pub const fn low_bit_selects(plane0: u32, two_t: u32) -> [u32; 2] {
+    let r = plane0.rotate_right(two_t);
+    [half_word_selects(r), half_word_selects(r >> 8)]
+}
+
+/// The selectors of [`low_bit_selects`] from the bit pairs at bits 0 and 16.
+#[inline(always)]
+const fn half_word_selects(x: u32) -> u32 {
+    ((x & 0x0003_0003).wrapping_mul(0x2244) & 0x4444_4444) | 0x3210_3210
 }
 
 /// Index bits of a pair entry that sit in the low address byte, above the
@@ -446,8 +528,8 @@ pub const fn rotations(two_t: u32) -> [u32; 8] {
 /// ([`entry_select`]) builds the table address of the pair of elements
 /// `8q + two_t` (a) and `8q + two_t + 1` (b) of a quant block with bit
 /// planes `planes`, for q = 0..4, in a table of `copies` copies (a power of
-/// two, 4..=32, with 2k − L ≤ 7). `rot` = [`rotations`]`(two_t)`, `lanes` =
-/// [`lane_bytes`]`(lane, copies)`.
+/// two, 4..=32, with 2k − L ≤ 7) of 4 bytes. `rot` = [`rotations`]`(two_t)`,
+/// `lanes` = `4·(lane % copies)` in every byte ([`lane_bytes`]).
 ///
 /// The address of interleaved pair index `e` (`a0 b0 a1 b1 …`, LSB first)
 /// for lane `l` is `e·4C + 4·(l % C)`: byte 0 holds the copy offset (from

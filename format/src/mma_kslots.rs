@@ -78,13 +78,13 @@ pub const fn stage_bytes(bits: u32, nf: u32, m: u32) -> u32 {
 /// Byte offset of slot `slot`'s ring.
 #[inline(always)]
 pub const fn ring_offset(bits: u32, nf: u32, m: u32, depth: u32, slot: u32) -> u32 {
-    mma::table_bytes(bits, 1) + slot * depth * stage_bytes(bits, nf, m)
+    mma::table_bytes(bits, mma::PAIRS) + slot * depth * stage_bytes(bits, nf, m)
 }
 
 /// Byte offset of the reduction buffer (over the rings).
 #[inline(always)]
 pub const fn red_base(bits: u32) -> u32 {
-    mma::table_bytes(bits, 1)
+    mma::table_bytes(bits, mma::PAIRS)
 }
 
 /// Output columns of a block with `nf` fragments.

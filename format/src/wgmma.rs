@@ -133,7 +133,7 @@ pub const fn stage_bytes(bits: u32, h: u32) -> u32 {
 /// own alignment the kernel does not assume).
 #[inline(always)]
 pub const fn table_end(bits: u32) -> u32 {
-    table_bytes(bits, 1)
+    table_bytes(bits, crate::mma::PAIRS)
 }
 
 /// Offset of the pipeline's barrier objects from stage 0, after the

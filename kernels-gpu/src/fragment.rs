@@ -19,11 +19,25 @@
 //! interleaved index e, in C copies (`kbit_format::mma::table_copies(K,
 //! MB)`, so the functions here take the instance's m blocks `MB`): word
 //! `e·C + c`, and lane l reads copy `l % C`. With C = 32 (k <= 4: 2, 8, 32 KiB) 32
-//! lanes with arbitrary indices hit 32 distinct banks; k = 5 has C = 8 or 4.
+//! lanes with arbitrary indices hit 32 distinct banks; k = 5 has C = 4 from
+//! two m blocks on and C = 8 in the K-slot and warpgroup kernels
+//! ([`PAIRS`]). k = 5 at one m block of the pipelined kernel splits off the low index bit
+//! (`kbit_format::mma::splits_low_bit`): entry e, addressed by the upper
+//! four bits of a and b, is 8 bytes, `T(cb[2a']) | T(cb[2b']) << 16` then
+//! `T(cb[2a' + 1]) | T(cb[2b' + 1]) << 16`, in 16 copies (copy c at byte
+//! `128·e + 8c`, lane l reads copy `l % 16`), and a `prmt` by the low bits
+//! picks the pair's two values out of the 8 bytes.
 
 use crate::elem::{Bf16, Elem, F16};
 use crate::ptx;
-use kbit_format::mma::{THREADS, deinterleave, entry_select, pair_words, table_copies, table_entries};
+use kbit_format::mma::{
+    THREADS, deinterleave, entry_bytes, entry_select, entry_words, low_bit_selects, splits_low_bit, table_copies,
+    table_entries,
+};
+
+/// The `MB` of the table functions for the K-slot and warpgroup kernels:
+/// the one-m-block pair table (`kbit_format::mma::PAIRS`).
+pub const PAIRS: usize = kbit_format::mma::PAIRS as usize;
 
 /// Whether a loop over at most 8 activation rows (`x2`: rows 0-7 staged,
 /// read with `ldmatrix.x2`) with `nf` fragments per warp swaps the mma
@@ -101,15 +115,15 @@ impl MmaElem for Bf16 {
     }
 }
 
-/// 16-byte stores per table entry: its C words, 4 per store.
+/// 16-byte stores per table entry: its C copies, 16 bytes per store.
 const fn entry_vecs(bits: u32, mb: u32) -> u32 {
-    table_copies(bits, mb) / 4
+    table_copies(bits, mb) * entry_bytes(bits, mb) / 16
 }
 
 /// 16-byte table stores each thread makes: `ceil(entries · C/4 / THREADS)`
 /// (k = 2: 1, half the threads; k = 3: 2; k = 4: 8; k = 5: 8 or 4).
 const fn table_rounds(bits: u32, mb: u32) -> usize {
-    (table_entries(bits) * entry_vecs(bits, mb)).div_ceil(THREADS) as usize
+    (table_entries(bits, mb) * entry_vecs(bits, mb)).div_ceil(THREADS) as usize
 }
 
 /// Runs `$body` for `$r` = 0 .. `table_rounds(K, MB)` as straight-line
@@ -144,6 +158,9 @@ pub struct TableShare<const K: usize> {
 
 /// Loads the codebook values of this thread's table stores (store `r` is
 /// 16-byte vector `tid + r·THREADS` of the table, entry `vector / (C/4)`).
+/// In a split table (`splits_low_bit`: 256 entries, one per thread) the
+/// thread's stores are all of entry `tid`, whose four values are `v[0]`
+/// (low bits 0) and `v[1]` (low bits 1).
 /// Nothing waits on the loads here, so a kernel issues them before its
 /// first pipeline copies and [`store_table`] after: the codebook's latency
 /// hides behind the copy issue, and its loads do not queue behind them.
@@ -153,9 +170,17 @@ pub struct TableShare<const K: usize> {
 #[inline(always)]
 pub unsafe fn load_table<const K: usize, const MB: usize>(cb: *const f32, tid: u32) -> TableShare<K> {
     const { assert!(table_rounds(K as u32, MB as u32) <= 8) };
-    let per_entry = entry_vecs(K as u32, MB as u32);
-    let vecs = table_entries(K as u32) * per_entry;
+    const { assert!(!splits_low_bit(K as u32, MB as u32) || table_entries(K as u32, MB as u32) == THREADS) };
     let mut v = [[0f32; 2]; 8];
+    if splits_low_bit(K as u32, MB as u32) {
+        let (a, b) = (2 * deinterleave(tid, 0, K as u32 - 1), 2 * deinterleave(tid, 1, K as u32 - 1));
+        let (a, b) = (a as usize, b as usize);
+        v[0] = unsafe { [*cb.add(a), *cb.add(b)] };
+        v[1] = unsafe { [*cb.add(a + 1), *cb.add(b + 1)] };
+        return TableShare { v };
+    }
+    let per_entry = entry_vecs(K as u32, MB as u32);
+    let vecs = table_entries(K as u32, MB as u32) * per_entry;
     each_round!(K, MB, r => {
         let i = tid + THREADS * r as u32;
         if i < vecs {
@@ -169,7 +194,10 @@ pub unsafe fn load_table<const K: usize, const MB: usize>(cb: *const f32, tid: u
 
 /// Fills the lookup table at shared address `tbl` (see the module docs)
 /// from the values [`load_table`] gave this thread. Every entry is C
-/// identical words, written as C/4 16-byte stores. The
+/// identical words, written as C/4 16-byte stores. A split table's thread
+/// writes the 8 stores of its entry (two copies each), store r at chunk
+/// `(r + tid) % 8` of the entry's 128 bytes, so that the 32 stores of a
+/// warp spread over the 8 chunk positions: 4 wavefronts, not 32. The
 /// caller's next block barrier publishes it.
 ///
 /// # Safety
@@ -177,7 +205,16 @@ pub unsafe fn load_table<const K: usize, const MB: usize>(cb: *const f32, tid: u
 /// the block calls this with its own share.
 #[inline(always)]
 pub unsafe fn store_table<const K: usize, const MB: usize, T: MmaElem>(tbl: u32, share: &TableShare<K>, tid: u32) {
-    let vecs = table_entries(K as u32) * entry_vecs(K as u32, MB as u32);
+    if splits_low_bit(K as u32, MB as u32) {
+        let words = [T::pack(share.v[0][0], share.v[0][1]), T::pack(share.v[1][0], share.v[1][1])];
+        let entry = tbl + 128 * tid;
+        for r in 0..8u32 {
+            let at = entry + 16 * ((r + tid) & 7);
+            unsafe { ptx::st_shared_v4(at, [words[0], words[1], words[0], words[1]]) };
+        }
+        return;
+    }
+    let vecs = table_entries(K as u32, MB as u32) * entry_vecs(K as u32, MB as u32);
     each_round!(K, MB, r => {
         let i = tid + THREADS * r as u32;
         if i < vecs {
@@ -244,7 +281,16 @@ pub unsafe fn dequant<const K: usize, const MB: usize, T: MmaElem>(
 ) -> [u32; 4] {
     let s2 = T::scale_x2(scale);
     let mut out = [0u32; 4];
-    let (lo, hi) = pair_words(planes, rot, lanes, table_copies(K as u32, MB as u32));
+    let (lo, hi) = entry_words(planes, rot, lanes, MB as u32);
+    if splits_low_bit(K as u32, MB as u32) {
+        // rot[2] = two_t. Selectors of q = 2, 3 sit in the high halves.
+        let [s02, s13] = low_bit_selects(planes[0], rot[2]);
+        let pick = |q: u32, sel: u32| {
+            let [w0, w1] = unsafe { ptx::ld_shared_v2(tbl + ptx::prmt(lo, hi, entry_select(q))) };
+            T::mul_x2(ptx::prmt(w0, w1, sel), s2)
+        };
+        return [pick(0, s02), pick(1, s13), pick(2, s02 >> 16), pick(3, s13 >> 16)];
+    }
     for (q, o) in out.iter_mut().enumerate() {
         let at = ptx::prmt(lo, hi, entry_select(q as u32));
         *o = T::mul_x2(unsafe { ptx::ld_shared_u32(tbl + at) }, s2);

@@ -1056,7 +1056,7 @@ struct Lanes {
     s: u32,
     /// `rotations(2·(lane % 4))`.
     rot: [u32; 8],
-    /// `lane_bytes(lane, table_copies(K, MB))`.
+    /// `lane_bytes(lane, K, MB)`.
     lanes: u32,
 }
 
@@ -1075,7 +1075,7 @@ impl Lanes {
             w: geo::w_offset(mbu) + 4 * kb * kh + 8 * kb * col,
             s: geo::s_offset(mbu, nfu, kb) + kh + 2 * col,
             rot: geo::rotations(2 * (lane & 3)),
-            lanes: geo::lane_bytes(lane, geo::table_copies(kb, mbu)),
+            lanes: geo::lane_bytes(lane, kb, mbu),
         }
     }
 

@@ -58,7 +58,7 @@
 //! An expert's result is bit-identical to the dense kernel's on it alone.
 
 use crate::elem::Elem;
-use crate::fragment::{self, MmaElem};
+use crate::fragment::{self, MmaElem, PAIRS};
 use crate::mma::unrolled;
 use crate::ptx;
 use core::num::NonZeroU32;
@@ -184,18 +184,17 @@ unsafe fn tile_mma<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(
     let weights = |f: usize, h: u32| {
         let planes = unsafe { fragment::load_planes::<K>(w + 64 * kb * f as u32 + 4 * kb * h) };
         let scale = unsafe { ptx::ld_shared_u8(sc + 16 * f as u32 + h) };
-        unsafe { fragment::dequant::<K, 1, T>(&planes, rot, tbl, lanes, scale) }
+        unsafe { fragment::dequant::<K, PAIRS, T>(&planes, rot, tbl, lanes, scale) }
     };
     if fragment::swapped(X2, NF) {
         // Fragment pair p accumulates in acc[p] (swapped C map).
         unrolled!(NF / 2, p => {
-            for h in 0..2u32 {
-                let (w0, w1) = (weights(2 * p, h), weights(2 * p + 1, h));
+            unrolled!(2, h => {
+                let (w0, w1) = (weights(2 * p, h as u32), weights(2 * p + 1, h as u32));
                 // a0, a2 of the x2 load of k16 steps 2h and 2h + 1.
-                let s = 2 * h as usize;
-                let x = [[a[s][0], a[s][2]], [a[s + 1][0], a[s + 1][2]]];
+                let x = [[a[2 * h][0], a[2 * h][2]], [a[2 * h + 1][0], a[2 * h + 1][2]]];
                 acc[p] = fragment::mma_swapped::<T>(&w0, &w1, &x, acc[p]);
-            }
+            });
         });
         return;
     }
@@ -310,7 +309,7 @@ unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &
     // tiles go out before anything waits; weights and codebook are never
     // written by a kernel this launch may overlap. Their activations follow
     // the wait, each tile's in its weights' commit group (group i = tile i).
-    let share = unsafe { fragment::load_table::<K, 1>(a.cb, tid) };
+    let share = unsafe { fragment::load_table::<K, PAIRS>(a.cb, tid) };
     if early {
         let (mut i, mut at) = (0, ring);
         while i + 1 < depth_n {
@@ -318,7 +317,7 @@ unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &
             (i, at) = (i + 1, next(at));
         }
     }
-    unsafe { fragment::store_table::<K, 1, T>(tbl, &share, tid) };
+    unsafe { fragment::store_table::<K, PAIRS, T>(tbl, &share, tid) };
     ptx::after_producers();
     if let Some(g) = grouped {
         // The unit's expert and rows (block-uniform): none, and the block
@@ -355,7 +354,7 @@ unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &
     }
     ptx::bar_sync();
     let rot = geo::rotations(2 * (lane & 3));
-    let lanes = geo::lane_bytes(lane, geo::table_copies(kb, 1));
+    let lanes = geo::lane_bytes(lane, kb, geo::PAIRS);
     let mut acc = [[0f32; 4]; NF];
     // `cur`: the stage of tile i; `fill`: the stage tile i + depth − 1
     // goes to, the one tile i − 1 used (every lane has read it: the warp

@@ -522,7 +522,8 @@ pub unsafe fn ld_shared_u32(addr: u32) -> u32 {
     r
 }
 
-/// `ld.shared.v2.b32`: the 2 plane words of a 2-bit block in one access. Any SM.
+/// `ld.shared.v2.b32`: the 2 plane words of a 2-bit block, or an 8-byte
+/// entry of a split decode table, in one access. Any SM.
 ///
 /// # Safety
 /// `addr` is an 8-aligned shared address inside the dynamic shared memory.

@@ -73,10 +73,10 @@
 //! multiple of 8, y is not 16-aligned or a chunk crosses `n`, that chunk
 //! goes out value by value.
 
-use crate::fragment::{self, MmaElem};
+use crate::fragment::{self, MmaElem, PAIRS};
 use crate::ptx;
 use crate::ptx90a;
-use kbit_format::mma::{lane_bytes, rotations, table_copies};
+use kbit_format::mma::{lane_bytes, rotations};
 use kbit_format::wgmma as geo;
 
 /// A `wgmma` input type: the `m64n128k16` instructions of its dtype.
@@ -224,7 +224,7 @@ unsafe fn decode<const K: usize, const H: u32, T: MmaElem>(st: u32, sp: Spans, t
     let one = |col: u32, h: u32| {
         let planes = unsafe { fragment::load_planes::<K>(w + 4 * (2 * kb * col + kb * h)) };
         let scale = unsafe { ptx::ld_shared_u8(s + 2 * col + h) };
-        unsafe { fragment::dequant::<K, 1, T>(&planes, &ln.rot, tbl, ln.lanes, scale) }
+        unsafe { fragment::dequant::<K, PAIRS, T>(&planes, &ln.rot, tbl, ln.lanes, scale) }
     };
     // dequant gives [b0, b1] of k16 step 0 of the quant block, then of
     // step 1; a0/a2 come from column `col`, a1/a3 from `col + 8`.
@@ -278,8 +278,8 @@ pub unsafe fn run<const K: usize, T: WgmmaElem, const H: u32>(a: &Args) {
     let tile = |i: u32| wk.kt0 + if i + first >= len { i + first - len } else { i + first };
 
     if tid < geo::CONSUMERS {
-        let table = unsafe { fragment::load_table::<K, 1>(a.cb, tid) };
-        unsafe { fragment::store_table::<K, 1, T>(tbl, &table, tid) };
+        let table = unsafe { fragment::load_table::<K, PAIRS>(a.cb, tid) };
+        unsafe { fragment::store_table::<K, PAIRS, T>(tbl, &table, tid) };
     } else if tid == geo::CONSUMERS {
         ptx90a::prefetch_tensormap(a.map);
         // Full: every producer's copies, and the activations' tensor copy
@@ -327,7 +327,7 @@ pub unsafe fn run<const K: usize, T: WgmmaElem, const H: u32>(a: &Args) {
     let ln = Lane {
         col: geo::a_col(warp, lane, 0),
         rot: rotations(2 * (lane % 4)),
-        lanes: lane_bytes(lane, table_copies(kb, 1)),
+        lanes: lane_bytes(lane, kb, PAIRS as u32),
     };
     let wait_full = |kt: u32| unsafe { ptx90a::mbarrier_wait(full(kt), phase(kt)) };
     let mut acc = [0f32; 64];
