@@ -68,9 +68,10 @@ fn split_sm90a(ptx: &str) -> (String, String) {
 /// stages, `kbit_format::mma::wide_stages`) likewise keep the two blocks
 /// their shared memory allows (one m block at k = 4, 5 uncapped: 131
 /// registers). The one-row, one-team k = 2 scalar GEMV instances carry
-/// their launch size (512 threads): ptxas then schedules them with 60
-/// registers instead of 54 (still two blocks per SM, no spills), which ran
-/// Llama-3-8B 3 % and other Llama-size shapes up to 2 % faster; at k = 3
+/// their launch size (512 threads): with pair sums their tables hold them
+/// to one block per SM, so ptxas may take up to 128 registers (89 on
+/// sm_90, 49 on sm_89; before pair sums the directive took them from 54 to
+/// 60 registers at two blocks per SM, Llama-size shapes 2–3 % faster); at k = 3
 /// the launch size would give 95–106 registers, and a 60-register budget
 /// ran Llama-3-8B 2 % faster. At k = 4 both ran Llama-3-8B 1–3 % faster
 /// and Llama-3-70B 8–13 % slower, so k = 4 (and 5) keep no directive
@@ -78,14 +79,20 @@ fn split_sm90a(ptx: &str) -> (String, String) {
 /// instances are held to 64 registers (ptxas gives them 65 and 66 on
 /// sm_90, which costs resident blocks and with them the overlap of a call
 /// with the previous one; capped, no spills: three-row `q`, `o`, `down`
-/// −8 to −10 %). Other instances a little over 64 spill when capped.
+/// −8 to −10 %). So is the one-row two-team k = 2 instance (72 on sm_90),
+/// whose 1024 threads need 64 (pair sums: two teams share one block's
+/// tables on Llama-3-8B). Other instances a little over 64 spill when
+/// capped.
 fn launch_bounds(entry: &str) -> Option<&'static str> {
     let dense = entry.starts_with("kbit_mma_k") || entry.starts_with("kbit_mma_stream_");
     if entry.starts_with("kbit_gemv_m1_k2_") {
         Some(".maxntid 512, 1, 1\n")
     } else if entry.starts_with("kbit_gemv_m1_k3_") {
         Some(".maxnreg 60\n")
-    } else if entry.starts_with("kbit_gemv_slots_m1_k4_") || entry.starts_with("kbit_gemv_slots_m3_k4_") {
+    } else if entry.starts_with("kbit_gemv_slots_m1_k4_")
+        || entry.starts_with("kbit_gemv_slots_m3_k4_")
+        || entry.starts_with("kbit_gemv_teams_m1_k2_")
+    {
         Some(".maxnreg 64\n")
     } else if dense && (entry.contains("_m1_n128_") || entry.contains("_m2_n128_")) {
         Some(".maxntid 256, 1, 1\n.minnctapersm 2\n")

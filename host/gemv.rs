@@ -71,11 +71,11 @@ fn pairs_slot(m: usize, bits: u32, dtype: Dtype) -> usize {
     before + ((m - 1) * 4 + (bits - 2) as usize) * GEMV_DTYPES.len() + d
 }
 
-/// Table index of a half instance, k = 2 (after the pairs ones).
-fn half_slot(m: usize, dtype: Dtype) -> usize {
+/// Table index of a half instance, k = 2, M = 2 (after the pairs ones).
+fn half_slot(dtype: Dtype) -> usize {
     let d = (dtype == Dtype::Bf16) as usize;
     let before = (5 * GEMV_MAX_M + TEAMS_MAX_M) * 4 * GEMV_DTYPES.len();
-    before + (m - 1) * GEMV_DTYPES.len() + d
+    before + d
 }
 
 impl GemvKernels {
@@ -178,7 +178,7 @@ impl GemvKernels {
             let teamed = match (grouped, m <= TEAMS_MAX_M) {
                 (false, true) => {
                     let t = teams_slot(m, bits, dtype);
-                    let p = GemvPlan::new(shape, bits, m, self.max_threads[t], device, units, true)?;
+                    let p = GemvPlan::new(shape, bits, m, self.max_threads[t], device, units, Call::Teamed)?;
                     (p.geometry.teams() > 1).then_some((t, p))
                 }
                 _ => None,
@@ -187,7 +187,8 @@ impl GemvKernels {
                 Some(tp) => tp,
                 None => {
                     let i = slot(slots, grouped, m, bits, dtype);
-                    (i, GemvPlan::new(shape, bits, m, self.max_threads[i], device, units, false)?)
+                    let call = if grouped { Call::Grouped } else { Call::Dense };
+                    (i, GemvPlan::new(shape, bits, m, self.max_threads[i], device, units, call)?)
                 }
             };
             let (geom, threads) = (p.geometry.pack(), p.geometry.threads());
@@ -208,21 +209,22 @@ impl GemvKernels {
                 resident,
                 last_round: None,
             };
-            // At k = 2 the last, partial round of column blocks (at most half
-            // of the virtual blocks busy) runs as half column blocks on a
-            // launch of its own; the dense kernel stops before it by the
-            // same rule. Measured on Llama-3-70B gate/up at M = 1 / 2: k = 2
-            // −2.4 / −4.9 % (H100; −3.8 / −5.7 % on an H200), but k = 3..5
-            // +7 to +9 % (H200), where that round is shorter than the second
-            // launch's own prologue (decode table, activations) and drain.
+            // At k = 2, M = 2 the last, partial round of column blocks (at
+            // most half of the virtual blocks busy) runs as half column
+            // blocks on a launch of its own; the dense kernel stops before it
+            // by the same rule (`g::splits_last_round`). Measured on
+            // Llama-3-70B gate/up at M = 2: −4.9 % (H100; −5.7 % on an
+            // H200), but k = 3..5 +7 to +9 % (H200), where that round is
+            // shorter than the second launch's own prologue (decode table,
+            // activations) and drain; and at M = 1 since pair sums, whose
+            // second launch builds the tables of all of K for 16 columns.
             let virtual_blocks = grid * p.geometry.teams();
             if !grouped
-                && m <= TEAMS_MAX_M
-                && bits == 2
+                && g::splits_last_round(bits, m as u32)
                 && let Some(whole) = g::split_last_round(p.col_blocks, virtual_blocks)
             {
-                let h = half_slot(m, dtype);
-                let hp = GemvPlan::new(shape, bits, m, self.max_threads[h], device, 1, false)?;
+                let h = half_slot(dtype);
+                let hp = GemvPlan::new(shape, bits, m, self.max_threads[h], device, 1, Call::Dense)?;
                 let (hgeom, hthreads) = (hp.geometry.pack(), hp.geometry.threads());
                 let first = 2 * whole;
                 let groups = shape.n.div_ceil(16) as u32;
@@ -376,8 +378,25 @@ impl SlotPlan {
 /// block of two teams per SM. With fewer the per-SM shares are coarse
 /// either way (H100, M = 1..2: 4096×14336, 3.4 column blocks per SM, ran
 /// 20.2 µs with two blocks per SM and 21.8 µs teamed; 8192×28672, 6.8 per
-/// SM, 59.8 µs and 57.3 µs).
+/// SM, 59.8 µs and 57.3 µs). Pair sums (k = 2, M = 1) team from two
+/// column blocks per SM: their tables (2 KiB a K tile) leave room for one
+/// block per SM, and two teams share them (H200, Llama-3-8B gate/up: 12.58
+/// µs with one team, 11.39 teamed).
 pub(crate) const TEAMED_MIN_COL_BLOCKS_PER_SM: usize = 4;
+
+/// What a block-variant GEMV launch is for: it decides the teams and what
+/// the shared memory must hold besides the instance's own layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Call {
+    /// A dense call whose instance may hold two teams per block.
+    Teamed,
+    /// A dense call of one team per block.
+    Dense,
+    /// A grouped call: one column block per block, and (k = 2, `max_m` ≥ 2)
+    /// room for the pair-sum layout of an expert with one row
+    /// (`kbit_format::gemv`, "Summation order").
+    Grouped,
+}
 
 /// Launch plan of one GEMV call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -407,10 +426,17 @@ impl GemvPlan {
     /// about 64 (tile, row) pairs; then the rings get the most stages that
     /// still fit (at most [`g::MAX_STAGES`], at least 2).
     ///
-    /// A dense call (`teams`) whose instance can hold two teams of `W` warps
-    /// and whose matrix has at least [`TEAMED_MIN_COL_BLOCKS_PER_SM`] column
-    /// blocks per SM gets one block per SM of two teams instead
-    /// ([`GemvPlan::teamed`]), when that fits.
+    /// A dense call ([`Call::Teamed`]) whose instance can hold two teams of
+    /// `W` warps and whose matrix has at least
+    /// [`TEAMED_MIN_COL_BLOCKS_PER_SM`] column blocks per SM gets one block
+    /// per SM of two teams instead ([`GemvPlan::teamed`]), when that fits.
+    ///
+    /// Pair sums (k = 2, M = 1) stage 2 KiB of tables per K tile: when the
+    /// least chunk does not fit two blocks per SM the call takes one, and
+    /// when the chunk leaves part of K out, shared memory also holds the
+    /// accumulator slots of the block's column blocks
+    /// ([`Geometry::sums_slot_bytes`]; a dense block computes at most
+    /// `ceil(col_blocks / SMs)`, a grouped one one).
     pub fn new(
         shape: Shape,
         bits: u32,
@@ -418,7 +444,7 @@ impl GemvPlan {
         max_threads: u32,
         device: &DeviceInfo,
         units: usize,
-        teams: bool,
+        call: Call,
     ) -> Result<Self> {
         let w = g::warps(shape.k);
         if 32 * w > max_threads {
@@ -429,24 +455,44 @@ impl GemvPlan {
         }
         let col_blocks = shape.n.div_ceil(g::BLOCK_COLS as usize);
         let n_iter = kbit_format::tile::k_tiles(shape.k).div_ceil(w as usize) as u32;
-        if teams
+        // Pair sums share their tables between the teams: from two column
+        // blocks per SM (`TEAMED_MIN_COL_BLOCKS_PER_SM`).
+        let min_per_sm = if g::sums(bits, m as u32) { 2 } else { TEAMED_MIN_COL_BLOCKS_PER_SM };
+        if call == Call::Teamed
             && 64 * w <= max_threads
-            && col_blocks >= TEAMED_MIN_COL_BLOCKS_PER_SM * device.sm_count as usize
+            && col_blocks >= min_per_sm * device.sm_count as usize
             && let Some(p) = Self::teamed(w, n_iter, col_blocks, bits, m, device)
         {
             return Ok(p);
         }
         let geo =
             |chunk: u32, stages: u32| Geometry { log_warps: w.ilog2(), log_chunk: chunk.ilog2(), stages, log_teams: 0 };
-        // Two blocks per SM only pay when there is work for them. The
+        let items = if call == Call::Grouped { 1 } else { col_blocks.div_ceil(device.sm_count as usize).max(1) };
+        let bytes = |geo: Geometry| {
+            let chunked = geo.chunk() < n_iter;
+            let slots = |m: u32, items: usize| {
+                if g::sums(bits, m) && chunked { geo.sums_slot_bytes(items as u32) } else { 0 }
+            };
+            let own = geo.smem_bytes(bits, m as u32) + slots(m as u32, items);
+            let one_row = if call == Call::Grouped && m > 1 && g::sums(bits, 1) {
+                geo.smem_bytes(bits, 1) + slots(1, 1)
+            } else {
+                0
+            };
+            own.max(one_row) as usize
+        };
+        // Pair sums' tables are 7 times the activations they replace: any
+        // chunk down to one iteration.
+        let per_chunk = if g::sums(bits, m as u32) { 1 } else { (64 / (w * m as u32)).max(1) };
+        let least = (1u32 << per_chunk.ilog2()).min(n_iter.next_power_of_two());
+        // Two blocks per SM only pay when there is work for them (and, with
+        // pair sums, only when the least chunk leaves room for two). The
         // driver reserves 1 KB of shared memory per block.
-        let two = col_blocks * units.max(1) > device.sm_count as usize;
+        let two = col_blocks * units.max(1) > device.sm_count as usize && !g::sums(bits, m as u32);
         let fits = |chunk: u32, stages: u32| {
-            let bytes = geo(chunk, stages).smem_bytes(bits, m as u32) as usize;
+            let bytes = bytes(geo(chunk, stages));
             if two { 2 * (bytes + 1024) <= device.max_smem_per_sm } else { bytes <= device.max_smem_per_block }
         };
-        let per_chunk = (64 / (w * m as u32)).max(1);
-        let least = (1u32 << per_chunk.ilog2()).min(n_iter.next_power_of_two());
         let deep = if n_iter <= 3 { n_iter + 1 } else { 2 };
         let first = if fits(least, deep) { deep } else { 2 };
         let mut chunk = n_iter.next_power_of_two();
@@ -455,7 +501,7 @@ impl GemvPlan {
         }
         let stages = (first..=g::MAX_STAGES).rev().find(|&s| fits(chunk, s)).unwrap_or(2);
         let geometry = geo(chunk, stages);
-        Ok(Self { geometry, col_blocks: col_blocks as u32, smem_bytes: geometry.smem_bytes(bits, m as u32) })
+        Ok(Self { geometry, col_blocks: col_blocks as u32, smem_bytes: bytes(geometry) as u32 })
     }
 
     /// The plan of one block per SM holding two teams of `W` warps, if it
@@ -702,7 +748,7 @@ mod tests {
                     for m in 1..=GEMV_MAX_M {
                         for (dev, units) in [(h100(), 1), (rtx4090(), 1), (h100(), 8)] {
                             let (per_block, per_sm) = (dev.max_smem_per_block, dev.max_smem_per_sm);
-                            let p = GemvPlan::new(shape, bits, m, 512, &dev, units, true).unwrap();
+                            let p = GemvPlan::new(shape, bits, m, 512, &dev, units, Call::Teamed).unwrap();
                             let geo = p.geometry;
                             assert_eq!(geo.warps(), g::warps(k), "{n}x{k}");
                             assert!(geo.threads() <= 512, "{geo:?}");
@@ -710,9 +756,12 @@ mod tests {
                             // Two blocks (or one of two teams) per SM whenever there
                             // is work for them (sm_90 always has the room; sm_89 not
                             // for every shape).
+                            // (Pair sums excepted: their tables of 2 KiB per tile
+                            // take one block per SM where the least chunk needs it.)
                             if p.col_blocks as usize * units > dev.sm_count as usize
                                 && per_sm > 200_000
                                 && geo.teams() == 1
+                                && !g::sums(bits, m as u32)
                             {
                                 assert!(2 * (p.smem_bytes as usize + 1024) <= per_sm, "{n}x{k} k={bits} m={m}");
                             }
@@ -729,9 +778,9 @@ mod tests {
             }
         }
         // An instance that cannot hold W warps is refused, not launched smaller.
-        assert!(GemvPlan::new(Shape::new(4096, 8192).unwrap(), 4, 1, 256, &h100(), 1, true).is_err());
+        assert!(GemvPlan::new(Shape::new(4096, 8192).unwrap(), 4, 1, 256, &h100(), 1, Call::Teamed).is_err());
         // Short K gets every tile of a warp in flight at once.
-        let short = GemvPlan::new(Shape::new(5120, 2048).unwrap(), 4, 1, 512, &h100(), 1, false).unwrap();
+        let short = GemvPlan::new(Shape::new(5120, 2048).unwrap(), 4, 1, 512, &h100(), 1, Call::Dense).unwrap();
         assert!(short.geometry.stages() >= 3, "{short:?}");
     }
 
@@ -746,22 +795,23 @@ mod tests {
                 for m in 1..=GEMV_MAX_M {
                     for dev in [h100(), rtx4090()] {
                         let shape = Shape::new(n, k).unwrap();
-                        let p = GemvPlan::new(shape, bits, m, 1024, &dev, 1, true).unwrap();
+                        let p = GemvPlan::new(shape, bits, m, 1024, &dev, 1, Call::Teamed).unwrap();
                         let geo = p.geometry;
                         assert_eq!(geo.warps(), g::warps(k));
                         assert!(p.smem_bytes as usize <= dev.max_smem_per_block, "{n}x{k} k={bits} m={m}");
                         assert_eq!(Geometry::unpack(geo.pack()), geo);
                         if geo.teams() > 1 {
-                            assert!(n.div_ceil(32) >= TEAMED_MIN_COL_BLOCKS_PER_SM * dev.sm_count as usize, "{n}x{k}");
+                            let min = if g::sums(bits, m as u32) { 2 } else { TEAMED_MIN_COL_BLOCKS_PER_SM };
+                            assert!(n.div_ceil(32) >= min * dev.sm_count as usize, "{n}x{k}");
                             assert!(geo.threads() <= 1024 && geo.stages() >= 2, "{geo:?}");
                             let n_iter = kbit_format::tile::k_tiles(k).div_ceil(geo.warps() as usize) as u32;
                             assert!(geo.chunk() >= n_iter, "{geo:?}: activations must be staged once");
                             assert!(p.smem_bytes as usize + 1024 <= dev.max_smem_per_sm);
                         }
                         // Grouped calls and register-bound instances keep one team.
-                        let grouped = GemvPlan::new(shape, bits, m, 1024, &dev, 1, false).unwrap();
+                        let grouped = GemvPlan::new(shape, bits, m, 1024, &dev, 1, Call::Grouped).unwrap();
                         assert_eq!(grouped.geometry.teams(), 1);
-                        let narrow = GemvPlan::new(shape, bits, m, 512, &dev, 1, true).unwrap();
+                        let narrow = GemvPlan::new(shape, bits, m, 512, &dev, 1, Call::Teamed).unwrap();
                         assert_eq!(narrow.geometry.teams(), 1);
                     }
                 }
@@ -771,14 +821,16 @@ mod tests {
         // are the shapes of the GPU test `gemv_two_teams_match_the_cpu_model`
         // (N = 4·SMs·32 + 7) at M = 1 and 2 for the instances that fit 1024
         // threads.
-        let big = GemvPlan::new(Shape::new(28672, 8192).unwrap(), 4, 1, 1024, &h100(), 1, true).unwrap();
+        let big = GemvPlan::new(Shape::new(28672, 8192).unwrap(), 4, 1, 1024, &h100(), 1, Call::Teamed).unwrap();
         assert_eq!(big.geometry.teams(), 2, "{big:?}");
         for k in [2080usize, 8192] {
             for m in 1..=TEAMS_MAX_M {
                 for bits in 2..=5 {
                     let shape = Shape::new(4 * 132 * 32 + 7, k).unwrap();
-                    let p = GemvPlan::new(shape, bits, m, 1024, &h100(), 1, true).unwrap();
-                    assert_eq!(p.geometry.teams(), 2, "{k} m={m} k={bits}: {p:?}");
+                    let p = GemvPlan::new(shape, bits, m, 1024, &h100(), 1, Call::Teamed).unwrap();
+                    // Pair sums on K = 8192: 256 KiB of tables, not resident.
+                    let teams = if g::sums(bits, m as u32) && k == 8192 { 1 } else { 2 };
+                    assert_eq!(p.geometry.teams(), teams, "{k} m={m} k={bits}: {p:?}");
                 }
             }
         }
@@ -882,10 +934,8 @@ mod tests {
                 }
             }
         }
-        for m in 1..=TEAMS_MAX_M {
-            for d in GEMV_DTYPES {
-                assert!(seen.insert(half_slot(m, d)));
-            }
+        for d in GEMV_DTYPES {
+            assert!(seen.insert(half_slot(d)));
         }
         assert_eq!(seen.len(), names::all_gemv().len());
         assert!(seen.iter().all(|&s| s < seen.len()));
@@ -897,7 +947,7 @@ mod tests {
         assert_eq!(all[slot(true, false, 1, 2, Dtype::F16)], "kbit_gemv_slots_m1_k2_f16");
         assert_eq!(all[teams_slot(2, 3, Dtype::Bf16)], "kbit_gemv_teams_m2_k3_bf16");
         assert_eq!(all[pairs_slot(3, 5, Dtype::F16)], "kbit_grouped_gemv_pairs_m3_k5_f16");
-        assert_eq!(all[half_slot(1, Dtype::Bf16)], "kbit_gemv_half_m1_k2_bf16");
-        assert_eq!(all[half_slot(2, Dtype::Bf16)], *all.last().unwrap());
+        assert_eq!(all[half_slot(Dtype::F16)], "kbit_gemv_half_m2_k2_f16");
+        assert_eq!(all[half_slot(Dtype::Bf16)], *all.last().unwrap());
     }
 }

@@ -348,11 +348,12 @@ pub mod names {
     }
     /// `kbit_gemv_half_m{m}_k2_{dtype}`: the block variant on 16-column
     /// groups, which runs the last round of column blocks of a dense k = 2
-    /// call (m ≤ 2) as a second launch, half a column block per block.
+    /// call of two rows as a second launch, half a column block per block
+    /// (`kbit_format::gemv::splits_last_round`).
     ///
     /// ```
     /// use kbit::{Dtype, module::names};
-    /// assert_eq!(names::gemv_half(1, Dtype::Bf16), "kbit_gemv_half_m1_k2_bf16");
+    /// assert_eq!(names::gemv_half(2, Dtype::Bf16), "kbit_gemv_half_m2_k2_bf16");
     /// ```
     pub fn gemv_half(m: usize, dtype: Dtype) -> String {
         format!("kbit_gemv_half_m{m}_k2_{}", dtype.name())
@@ -365,10 +366,10 @@ pub mod names {
     /// use kbit::{Dtype, module::names};
     /// let all = names::all_gemv();
     /// // 4 families × M 1..=4 × 4 widths × 2 dtypes, 16 two-team, 32 pairs
-    /// // and 4 half instances.
-    /// assert_eq!((all.len(), all[0].as_str()), (180, "kbit_gemv_m1_k2_f16"));
+    /// // and 2 half instances.
+    /// assert_eq!((all.len(), all[0].as_str()), (178, "kbit_gemv_m1_k2_f16"));
     /// assert_eq!(all[175], names::gemv_pairs(4, 5, Dtype::Bf16));
-    /// assert_eq!(all[179], names::gemv_half(2, Dtype::Bf16));
+    /// assert_eq!(all[177], names::gemv_half(2, Dtype::Bf16));
     /// ```
     pub fn all_gemv() -> Vec<String> {
         let mut v = Vec::new();
@@ -397,10 +398,8 @@ pub mod names {
                 }
             }
         }
-        for m in 1..=crate::gemv::TEAMS_MAX_M {
-            for d in crate::gemv::GEMV_DTYPES {
-                v.push(gemv_half(m, d));
-            }
+        for d in crate::gemv::GEMV_DTYPES {
+            v.push(gemv_half(2, d));
         }
         v
     }
@@ -441,7 +440,7 @@ pub mod names {
     /// ```
     /// use kbit::module::names;
     /// let all = names::all();
-    /// assert_eq!((all.len(), all[0].as_str()), (388, "kbit_repack_k2"));
+    /// assert_eq!((all.len(), all[0].as_str()), (386, "kbit_repack_k2"));
     /// assert_eq!(all.iter().collect::<std::collections::HashSet<_>>().len(), all.len());
     /// assert!(!all.iter().any(|n| n.starts_with("kbit_wgmma_"))); // those are in the sm_90a module
     /// ```

@@ -99,9 +99,11 @@ fn model<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
 
 /// The block variant (`kbit_format::gemv`): per column and row, warp slot
 /// `w` of `W = warps(K)` walks tiles `w, w + W, …`; per tile and half a
-/// block dot product `d` (one f32 FMA chain over the 32 elements in order)
-/// is folded into the half's accumulator as `fma(d, scale, a_h)`; the slot
-/// partial is `a_0 + a_1`, and the partials are added in slot order.
+/// block dot product `d` (one f32 FMA chain over the 32 elements in order;
+/// at k = 2 and M = 1 the sum of the 16 pair sums
+/// `fma(cb_1, x_1, cb_0 · x_0)` in order) is folded into the half's
+/// accumulator as `fma(d, scale, a_h)`; the slot partial is `a_0 + a_1`,
+/// and the partials are added in slot order.
 fn model_blocks<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
     let shape = w.shape();
     let (n_dim, k_dim) = (shape.n, shape.k);
@@ -124,12 +126,24 @@ fn model_blocks<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
                                 let wi = tile::word_index(n_dim as u64, n as u64, kb, bits) as usize;
                                 let sc =
                                     e4m4::decode(w.scales()[tile::scale_index(n_dim as u64, n as u64, kb) as usize]);
-                                let mut d = 0.0f32;
-                                for e in 0..32 {
+                                let term = |e: usize| {
                                     let idx = planes::index(&w.packed()[wi..wi + bits as usize], e);
                                     let pos = kt * 64 + 32 * h + e;
                                     let xv = if pos < k_dim { x[r * k_dim + pos].to_f32() } else { 0.0 };
-                                    d = cb[idx as usize].mul_add(xv, d);
+                                    (cb[idx as usize], xv)
+                                };
+                                let mut d = 0.0f32;
+                                if g::sums(bits as u32, m as u32) {
+                                    for j in 0..16 {
+                                        let ((c0, x0), (c1, x1)) = (term(2 * j), term(2 * j + 1));
+                                        let s = c1.mul_add(x1, c0 * x0);
+                                        d = if j == 0 { s } else { d + s };
+                                    }
+                                } else {
+                                    for e in 0..32 {
+                                        let (c, xv) = term(e);
+                                        d = c.mul_add(xv, d);
+                                    }
                                 }
                                 *a = d.mul_add(sc, *a);
                             }
@@ -315,6 +329,48 @@ fn decode_fields_reproduce_plane_indices() {
     check::<5>(&mut rng);
 }
 
+/// Pair sums (k = 2, M = 1): the address a lane forms with one `prmt` from
+/// its plane words and the tile's base is the entry of its pair's two
+/// indices (`sum_offset`, `sum_indices`), and at one pair the 32 lanes of
+/// a warp (16 columns × 2 halves) read 32 different banks whatever their
+/// indices.
+#[test]
+fn pair_sum_addresses_reproduce_plane_indices() {
+    let mut rng = common::rng("pair_sum_addresses_reproduce_plane_indices");
+    for _ in 0..2000 {
+        let base = 256 * rng.random_range(0..512u32);
+        let lanes: Vec<[u32; 2]> = (0..32).map(|_| [rng.random(), rng.random()]).collect();
+        for j in 0..16u32 {
+            let mut banks = std::collections::HashMap::new();
+            for (l, p) in lanes.iter().enumerate() {
+                let h = l as u32 % 2;
+                let w = g::sum_words::<2>(p, h);
+                let at = prmt(w[(j % 4) as usize], base, g::sum_select(j)) + g::sum_row(j);
+                let (e0, e1) = (2 * j as usize, 2 * j as usize + 1);
+                let n = (at - base - g::sum_offset(j, h, 0)) / 4;
+                assert!(n < 16, "pair {j} lane {l}: offset {:#x}", at - base);
+                assert_eq!(at, base + g::sum_offset(j, h, n), "pair {j} lane {l}");
+                assert_eq!(g::sum_indices(n), (planes::index(p, e0), planes::index(p, e1)), "pair {j} lane {l}");
+                let bank = (at / 4) % 32;
+                if let Some(&other) = banks.get(&bank) {
+                    assert_eq!(other, at, "pair {j}: lanes read different words of bank {bank}");
+                }
+                banks.insert(bank, at);
+            }
+        }
+    }
+    // A tile's table: 16 pairs × 2 halves × 16 sums, each once.
+    let mut seen = vec![false; (g::SUMS_TILE_BYTES / 4) as usize];
+    for j in 0..16 {
+        for h in 0..2 {
+            for n in 0..16 {
+                let at = g::sum_offset(j, h, n);
+                assert!(!std::mem::replace(&mut seen[(at / 4) as usize], true), "{j} {h} {n}");
+            }
+        }
+    }
+}
+
 /// The K split depends on K only, is a power of two in 1..=16 and never
 /// more than the K tiles need.
 #[test]
@@ -494,7 +550,7 @@ fn gemv_matches_the_cpu_model_bit_for_bit() {
 /// from this GPU's SM count so that the shape qualifies on any GPU, with a
 /// column tail (N % 32 = 7 or 23), and K = 2080 has a zero half tile.
 /// Both N leave a partial last round of column blocks (1, and half the
-/// SMs plus one), which at k = 2 runs as 16-column groups on a second
+/// SMs plus one), which at k = 2, M = 2 runs as 16-column groups on a second
 /// launch (`g::split_last_round`): one group with 7 columns, and groups
 /// past N.
 #[test]

@@ -69,6 +69,29 @@
 //! `a_0 + a_1`; the output is `((p_0 + p_1) + p_2) + … + p_{W-1}`, rounded
 //! to nearest even. Nothing here depends on M, on the launch geometry or on
 //! the GPU, so the grouped kernel reproduces the dense one bit for bit.
+//!
+//! One exception, the pair sums below: at k = 2 and M = 1 the block dot
+//! product of a half is `d = s_0 + s_1 + … + s_15` (added in increasing
+//! `j`, starting from `s_0`) over its 16 element pairs, with
+//! `s_j = fma(cb[idx_{2j+1}], x_{2j+1}, cb[idx_{2j}] · x_{2j})` (the product
+//! rounded to f32); the rest is as above. The grouped kernel computes an
+//! expert with one row in this order whatever its `max_m`, so it still
+//! reproduces the dense call on that expert alone.
+//!
+//! # Pair sums (k = 2, M = 1)
+//!
+//! With one row, a table can hold the products themselves rather than the
+//! codebook values: for every element pair `j` of every half of a K tile,
+//! the 16 sums `s_j` of the pair's index combinations ([`sum_indices`]),
+//! 2 KiB per tile ([`SUMS_TILE_BYTES`], built from the activations by each
+//! block). A pair then costs one `prmt` (its address), one 4-byte lookup
+//! and one add, where the codebook table costs a 16-byte lookup per four
+//! elements and four FMAs, so half the shared-memory traffic. The table of
+//! a tile is laid out so that the 32 lanes of a warp, all at pair `j` of
+//! their own half, read 32 different banks ([`sum_offset`]). Byte `b` of
+//! [`sum_words`] word `q` is the low byte of the address of pair
+//! `4b + q`; [`sum_select`] puts it into the tile's base address (a
+//! multiple of 256) and [`sum_row`] adds the rest.
 
 use crate::tile;
 
@@ -167,8 +190,8 @@ pub const BLOCK_COLS: u32 = 16 * COL_GROUPS;
 /// the grid computes column blocks `0 .. whole` and the remaining ones go
 /// to a second launch as 16-column groups, one block each; `None` when
 /// the whole rounds cover the matrix, or the last round keeps more than
-/// half the grid busy. The kernels and the host apply it alike (where the
-/// host splits: k = 2, M ≤ 2).
+/// half the grid busy. The kernels and the host apply it alike where
+/// [`splits_last_round`].
 ///
 /// Run by the grid, such a round leaves each busy SM one column block on
 /// 16 warps, bound by the latency of its own chain rather than by the
@@ -192,6 +215,16 @@ pub const fn split_last_round(col_blocks: u32, virtual_blocks: u32) -> Option<u3
     }
     let last = col_blocks % virtual_blocks;
     if last == 0 || 2 * last > virtual_blocks { None } else { Some(col_blocks - last) }
+}
+
+/// Whether a dense block-variant call of `m` rows at `bits` splits off its
+/// last round ([`split_last_round`]): k = 2, M = 2. Not at M = 1, where the
+/// pair sums ([`sums`]) would have the second launch build the tables of
+/// all of K for 16 columns a block; not at k = 3..5, where the round is
+/// shorter than the second launch's prologue and drain.
+#[inline(always)]
+pub const fn splits_last_round(bits: u32, m: u32) -> bool {
+    bits == 2 && m == 2
 }
 
 /// Most warps (K slots) per block: 512 threads, so every instance must fit
@@ -335,6 +368,81 @@ pub fn quad_addresses<const K: usize>(planes: &[u32; K], copy: u32) -> AddressWo
     }
 }
 
+/// Whether the block-variant instances for `m` rows at `bits` use pair-sum
+/// tables instead of the codebook table (module docs, "Pair sums"): k = 2,
+/// M = 1.
+#[inline(always)]
+pub const fn sums(bits: u32, m: u32) -> bool {
+    bits == 2 && m == 1
+}
+
+/// Bytes of one K tile's pair-sum table: 2 halves × 16 pairs × 16 sums of
+/// 4 bytes.
+pub const SUMS_TILE_BYTES: u32 = 2048;
+
+/// Byte offset in a tile's pair-sum table of the sum for nibble `n` of pair
+/// `j` (0..16) of half `h`: the pairs `2i, 2i + 1` share a 256-byte row,
+/// each pair 128 bytes of it, each half 64 of those. Lane `l` of a warp
+/// works on half `l % 2`, so at one pair the two halves' 16-entry tables
+/// fill the 32 banks once and a lookup never conflicts.
+#[inline(always)]
+pub const fn sum_offset(j: u32, h: u32, n: u32) -> u32 {
+    256 * (j >> 1) + 128 * (j & 1) + 64 * h + 4 * n
+}
+
+/// Codebook indices of the two elements of a pair-sum nibble: bits
+/// `[plane 0 of element 0, plane 0 of element 1, plane 1 of element 0,
+/// plane 1 of element 1]` (the nibbles of `interleave2`).
+#[inline(always)]
+pub const fn sum_indices(n: u32) -> (u32, u32) {
+    (quad_index(n, 0), quad_index(n, 1))
+}
+
+/// Pair-sum address words of one block (k = 2) of half `h`: byte `b` of
+/// word `q` is the low byte of [`sum_offset`]`(j, h, n_j)` for pair
+/// `j = 4b + q` (its nibble times 4, the half's and the pair's bit).
+///
+/// ```
+/// use kbit_format::gemv::{sum_offset, sum_row, sum_words, sum_indices};
+/// // Element e has index e % 4: plane 0 = e & 1, plane 1 = (e >> 1) & 1.
+/// let planes = [0xAAAA_AAAA, 0xCCCC_CCCC];
+/// let w = sum_words::<2>(&planes, 1);
+/// for j in 0..16u32 {
+///     let at = ((w[(j % 4) as usize] >> (8 * (j / 4))) & 0xFF) + sum_row(j);
+///     let n = (at % 64) / 4;
+///     assert_eq!(sum_indices(n), ((2 * j) % 4, (2 * j + 1) % 4));
+///     assert_eq!(at, sum_offset(j, 1, n));
+/// }
+/// ```
+#[inline(always)]
+pub fn sum_words<const K: usize>(planes: &[u32; K], h: u32) -> [u32; 4] {
+    let p = |j: usize| planes.get(j).copied().unwrap_or(0);
+    // lo: nibble i is pair 2i; hi: pair 2i + 1.
+    let (lo, hi) = interleave2(p(0), p(1));
+    let even = 0x4040_4040 * (h & 1);
+    let odd = even | 0x8080_8080;
+    [
+        ((lo << 2) & 0x3C3C_3C3C) | even,
+        ((hi << 2) & 0x3C3C_3C3C) | odd,
+        ((lo >> 2) & 0x3C3C_3C3C) | even,
+        ((hi >> 2) & 0x3C3C_3C3C) | odd,
+    ]
+}
+
+/// `prmt` selector for pair `j`: byte `j / 4` of its [`sum_words`] word
+/// (first operand) as byte 0, bytes 1..3 of the tile's base address
+/// (second operand, a multiple of 256) above it.
+#[inline(always)]
+pub const fn sum_select(j: u32) -> u32 {
+    (j >> 2) | 0x7650
+}
+
+/// The part of pair `j`'s [`sum_offset`] above its low byte: `256·(j / 2)`.
+#[inline(always)]
+pub const fn sum_row(j: u32) -> u32 {
+    256 * (j >> 1)
+}
+
 /// Number of fields of the k-bit decode table: 256 quads for k = 2, `4^k`
 /// pairs for k = 3, 4, 32 single values for k = 5.
 #[inline(always)]
@@ -360,6 +468,21 @@ pub const fn table_bytes(bits: u32, m: u32) -> u32 {
 #[inline(always)]
 pub const fn x_tile_floats(m: u32) -> u32 {
     2 * X_HALF_FLOATS * m
+}
+
+/// Bytes of the codebook table of the block variant: [`table_bytes`], or
+/// none with pair sums ([`sums`]), which build their tables from the
+/// activations instead.
+#[inline(always)]
+pub const fn block_table_bytes(bits: u32, m: u32) -> u32 {
+    if sums(bits, m) { 0 } else { table_bytes(bits, m) }
+}
+
+/// Bytes per K tile of what the block variant stages from the activations:
+/// [`x_tile_floats`] f32 values, or a tile's pair-sum table ([`sums`]).
+#[inline(always)]
+pub const fn x_tile_bytes(bits: u32, m: u32) -> u32 {
+    if sums(bits, m) { SUMS_TILE_BYTES } else { x_tile_floats(m) * 4 }
 }
 
 /// Whether a `[n, k]` matrix takes the column-slot variant
@@ -453,7 +576,7 @@ impl Geometry {
     /// and the staged activations (`R·W` tiles), which may stay resident
     /// across column blocks.
     pub const fn red_offset(&self, bits: u32, m: u32) -> u32 {
-        table_bytes(bits, m) + self.chunk() * self.warps() * x_tile_floats(m) * 4
+        block_table_bytes(bits, m) + self.chunk() * self.warps() * x_tile_bytes(bits, m)
     }
     /// Bytes of one team's reduction buffer.
     pub const fn red_bytes(&self, m: u32) -> u32 {
@@ -469,5 +592,15 @@ impl Geometry {
     /// ([`stage_bytes`]) per warp of every team.
     pub const fn smem_bytes(&self, bits: u32, m: u32) -> u32 {
         self.ring_offset(bits, m) + self.teams() * self.warps() * self.stages() * stage_bytes(bits)
+    }
+    /// Bytes of the accumulator slots of a block that computes `items`
+    /// column blocks with pair sums ([`sums`]) in more than one chunk:
+    /// there the block walks all its column blocks for one chunk of K
+    /// before the next (so each chunk's table is built once), and a
+    /// thread's [`COL_GROUPS`] accumulators of column block `i` wait in slot
+    /// `i` between chunks, at [`Geometry::smem_bytes`] past the base,
+    /// `[i][group][thread]` f32.
+    pub const fn sums_slot_bytes(&self, items: u32) -> u32 {
+        items * COL_GROUPS * self.threads() * 4
     }
 }

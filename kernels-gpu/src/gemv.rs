@@ -53,6 +53,18 @@
 //! `prmt` and a multiply-add. The codebook values are FMA'd into a per-block dot product,
 //! which is scaled once by the block's E4M4 scale.
 //!
+//! # Pair sums (k = 2, M = 1)
+//!
+//! With one row at k = 2 a block stages, instead of the activations, the
+//! 2 KiB pair-sum table of every K tile (`kbit_format::gemv`, "Pair
+//! sums"), built from `x` and the four codebook values ([`build_sums`]);
+//! a lane's block is then 16 `prmt` + 4-byte lookup + add. Where the
+//! tables of all of K do not fit (Llama-3-70B: 256 KiB), a block walks K in
+//! chunks of `R·W` tiles, each chunk over all of its column blocks, and its
+//! threads keep their accumulators between chunks in shared memory
+//! (`Geometry::sums_slot_bytes`): each chunk's tables are built once per
+//! block, and every output is summed exactly as in one pass.
+//!
 //! # Reduction
 //!
 //! Each lane keeps one f32 accumulator per (group, row). At the end the two
@@ -71,7 +83,8 @@
 //! `(row, cb)` finds the expert owning `row` (each warp counts the offsets
 //! `≤ row`, a cached scan with no dependent loads); only the block of an
 //! expert's first row works, and empty experts own no row and launch
-//! nothing. Either way at most `max_m` rows.
+//! nothing. Either way at most `max_m` rows; an expert with one row runs
+//! the one-row code (at k = 2 the pair sums), as a dense call of it would.
 
 use crate::elem::{Bf16, Elem, F16};
 use crate::ptx;
@@ -417,6 +430,90 @@ unsafe fn fma_unit<const M: usize, const K: usize, const NG: usize>(
     }
 }
 
+/// Builds the pair-sum tables (`kbit_format::gemv`, "Pair sums") of tiles
+/// `first_tile .. first_tile + tiles` at shared address `at`, 2 KiB a tile.
+/// Unit `u` is pair `j = (u / 2) % 16` of half `h = u % 2` of tile
+/// `u / 32`: one 4-byte load of its two activations (zeros past K), four
+/// products `cb[a] · x_0`, sixteen FMAs, four 16-byte stores, the store
+/// order rotated by `j` so that the eight threads of a quarter-warp (four
+/// pairs of both halves) write eight different bank groups.
+///
+/// # Safety
+/// `cb` holds 4 floats, `x` `k_dim` values (16-aligned); the tiles fit the
+/// dynamic shared memory; the caller's next block barrier publishes them.
+#[inline(always)]
+unsafe fn build_sums<T: Elem<Raw = u16>>(
+    cb: *const f32,
+    x: *const u16,
+    k_dim: u32,
+    first_tile: u32,
+    tiles: u32,
+    at: u32,
+) {
+    let entry = |i: usize| f32::from_bits(unsafe { ptx::ld_nc_u32((cb as *const u32).add(i)) });
+    let (c0, c1, c2, c3) = (entry(0), entry(1), entry(2), entry(3));
+    let nt = ptx::block_dim();
+    let mut u = ptx::tid();
+    while u < 32 * tiles {
+        let (tc, h, j) = (u >> 5, u & 1, (u >> 1) & 15);
+        let pos = (first_tile + tc) as u64 * 64 + 32 * h as u64 + 2 * j as u64;
+        let raw = if pos < k_dim as u64 { unsafe { ptx::ld_nc_u32(x.add(pos as usize) as *const u32) } } else { 0 };
+        let (x0, x1) = (T::to_f32(raw as u16), T::to_f32((raw >> 16) as u16));
+        let first = [c0, c1, c2, c3].map(|v| ptx::mul_rn_f32(v, x0));
+        let dst = at + tc * g::SUMS_TILE_BYTES + g::sum_offset(j, h, 0);
+        for s in 0..4u32 {
+            // Store `q` holds nibbles `4q .. 4q + 4`: nibble `4q + i` pairs
+            // `cb[(i & 1) + 2·(q & 1)]` for x_0 with `cb[(i >> 1) + 2·(q >> 1)]`
+            // for x_1 (`sum_indices`), picked by selects rather than by a
+            // run-time array index.
+            // (Named values, not arrays: the compiler turns a select between
+            // two elements of one array into an index into local memory.)
+            let q = (s + j) & 3;
+            let (odd_a, odd_b) = (q & 1 != 0, q & 2 != 0);
+            let (a0, a1) = if odd_a { (first[2], first[3]) } else { (first[0], first[1]) };
+            let (b0, b1) = if odd_b { (c2, c3) } else { (c0, c1) };
+            let v = [
+                ptx::fma_rn_f32(b0, x1, a0),
+                ptx::fma_rn_f32(b0, x1, a1),
+                ptx::fma_rn_f32(b1, x1, a0),
+                ptx::fma_rn_f32(b1, x1, a1),
+            ]
+            .map(f32::to_bits);
+            unsafe { ptx::st_shared_v4(dst + 16 * q, v) };
+        }
+        u += nt;
+    }
+}
+
+/// Accumulates one K tile of a lane with pair sums (M = 1, k = 2) into
+/// `acc[gi][0]`: per group the block dot product `d = s_0 + … + s_15`
+/// looked up in the tile's table at `tile` (a multiple of 256), then
+/// `acc = fma(d, scale, acc)`.
+///
+/// # Safety
+/// The tile's table is built and published.
+#[inline(always)]
+unsafe fn sums_unit<const M: usize, const K: usize, const NG: usize>(
+    u: &Unit<K, NG>,
+    tile: u32,
+    h: u32,
+    acc: &mut [[f32; M]; NG],
+) {
+    for gi in 0..NG {
+        let f = g::sum_words::<K>(&u.planes[gi], h);
+        let sum = |w: u32, j: u32| unsafe { ptx::ld_shared_f32(ptx::prmt(w, tile, g::sum_select(j)) + g::sum_row(j)) };
+        let mut d = 0f32;
+        // Pairs 4b .. 4b + 4 from byte b of the four words, spelled out so
+        // that every word index and selector is a constant.
+        each_octet(true, |b| {
+            let s = [sum(f[0], 4 * b), sum(f[1], 4 * b + 1), sum(f[2], 4 * b + 2), sum(f[3], 4 * b + 3)];
+            d = if b == 0 { s[0] } else { ptx::add_rn_f32(d, s[0]) };
+            d = ptx::add_rn_f32(ptx::add_rn_f32(ptx::add_rn_f32(d, s[1]), s[2]), s[3]);
+        });
+        acc[gi][0] = ptx::fma_rn_f32(d, e4m4::decode(u.scales[gi] as u8), acc[gi][0]);
+    }
+}
+
 /// The column blocks a block computes, in order: `first, first + step, …`
 /// (`count` of them).
 #[derive(Clone, Copy)]
@@ -427,11 +524,14 @@ struct Items {
 }
 
 /// Where the copy stream of a warp is: tile iteration `i` of item `item`
-/// (column block `cb`).
+/// (column block `cb`), in the chunk of iterations `lo .. hi` (with pair
+/// sums; otherwise all of them).
 struct Stream {
     i: u32,
     item: u32,
     cb: u32,
+    lo: u32,
+    hi: u32,
 }
 
 /// A thread's place in its team (module docs, "Teams"): the team's
@@ -561,6 +661,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
     items: impl FnOnce(u32) -> Items,
 ) {
     let geo = Geometry::unpack(geom);
+    let sums = g::sums(K as u32, M as u32);
     let t = ptx::tid();
     let lane = t & 31;
     let team = Team::of::<H>(&geo);
@@ -579,24 +680,38 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
     let scales_end = scales as u64 + tile::scales(n_dim as usize, k_dim as usize) as u64;
 
     let base = ptx::smem_base();
-    let xs = base + g::table_bytes(K as u32, M as u32);
+    let xs = base + g::block_table_bytes(K as u32, M as u32);
     let red = base + geo.red_offset(K as u32, M as u32) + team.id * geo.red_bytes(M as u32);
     let stage_bytes = g::stage_bytes(K as u32);
     let ring = base + geo.ring_offset(K as u32, M as u32) + ring_warp * geo.stages() * stage_bytes;
     // The table and this lane's copy in it.
     let table = base;
     let copy = g::copy_byte(K as u32, g::rows(M as u32), t);
-    let x_tile_bytes = g::x_tile_floats(M as u32) * 4;
+    let x_tile_bytes = g::x_tile_bytes(K as u32, M as u32);
     let x_half = (lane & 1) * g::X_HALF_FLOATS * 4;
     let ok = |i: u32| (i << geo.log_warps) + warp < k_tiles;
     // The spans of the warp's first tile of column block `cb`, and the step
     // to its next tile.
     let cols = 16 * NG as u64;
     let first_spans = |cb: u32| Spans::at::<K>(packed, scales, n_dim, warp as u64, cb as u64 * cols);
+    // With pair sums, the spans of iteration `i` of column block `cb`.
+    let spans_at = |cb: u32, i: u32| {
+        if sums {
+            Spans::at::<K>(packed, scales, n_dim, ((i << geo.log_warps) + warp) as u64, cb as u64 * cols)
+        } else {
+            first_spans(cb)
+        }
+    };
     let step = Spans::step::<K>(n_dim, geo.warps() as u64);
+    // Pair sums on more than one chunk walk chunk by chunk, each chunk over
+    // all items (`Geometry::sums_slot_bytes`); everything else item by
+    // item over all of K. `next_chunk(hi)` is the end of the chunk after
+    // the one that ends at `hi`.
+    let chunked = sums && !x_resident;
+    let next_chunk = |hi: u32| if chunked { (hi + geo.chunk()).min(n_iter) } else { n_iter };
     // The copy stream: one commit group per step (empty past the block's
     // last item or K), so "tile j landed" is "at most S − 2 groups pending".
-    let mut ahead = Stream { i: 0, item: 0, cb: items.first };
+    let mut ahead = Stream { i: 0, item: 0, cb: items.first, lo: 0, hi: next_chunk(0) };
     let mut ahead_spans = first_spans(items.first);
     // Ring stage of the next copy and of the next step (`S` need not be a
     // power of two: the indices wrap by compare).
@@ -613,11 +728,17 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
         }
         ahead.i += 1;
         ahead_spans.advance(step);
-        if ahead.i == n_iter {
-            ahead.i = 0;
+        if ahead.i == if sums { ahead.hi } else { n_iter } {
             ahead.item += 1;
             ahead.cb = ahead.cb.wrapping_add(items.step);
-            ahead_spans = first_spans(ahead.cb);
+            if sums && ahead.item == items.count {
+                ahead.item = 0;
+                ahead.cb = items.first;
+                ahead.lo = ahead.hi;
+                ahead.hi = next_chunk(ahead.hi);
+            }
+            ahead.i = if sums { ahead.lo } else { 0 };
+            ahead_spans = spans_at(ahead.cb, ahead.i);
         }
     };
     let mut j = 0;
@@ -628,24 +749,45 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
     // Weights and codebook are never written by the kernels this launch may
     // overlap; activations and outputs are touched only from here on.
     ptx::after_producers();
-    // The table and the first chunk of activations load side by side; the
-    // barrier publishes both.
-    unsafe {
-        stage_x::<M, T, 2>(x, k_dim, rows, 0, geo.chunk() << geo.log_warps, xs, || build_table::<K, M>(cb, base));
+    // The table and the first chunk of activations load side by side (pair
+    // sums: the first chunk's tables); the barrier publishes both.
+    if sums {
+        unsafe { build_sums::<T>(cb, x, k_dim, 0, geo.chunk() << geo.log_warps, xs) };
+    } else {
+        unsafe {
+            stage_x::<M, T, 2>(x, k_dim, rows, 0, geo.chunk() << geo.log_warps, xs, || build_table::<K, M>(cb, base));
+        }
     }
     ptx::bar_sync();
+    // Pair sums between chunks: slot `item` of this thread's accumulators.
+    let slot = |item: u32, gi: usize| {
+        base + geo.smem_bytes(K as u32, M as u32) + ((item * NG as u32 + gi as u32) * ptx::block_dim() + t) * 4
+    };
 
     let mut acc = [[0f32; M]; NG];
     let (mut i, mut item, mut step_stage) = (0u32, 0u32, 0u32);
+    let (mut lo, mut hi) = (0u32, next_chunk(0));
     let mut spans_now = first_spans(items.first);
-    while item < items.count {
+    while if sums { items.count > 0 && lo < n_iter } else { item < items.count } {
         // This step's tile has landed (this lane's copies, then the
         // warp's); the stage read one step ago is free for the copies S − 1
         // steps ahead.
         ptx::cp_async_wait_dyn(geo.stages() - 2);
         ptx::syncwarp();
         copy_next();
-        if i & chunk_mask == 0 && (i | item) != 0 && !x_resident {
+        if chunked && i == lo && item == 0 && lo != 0 {
+            // Everyone is done with the previous chunk: its tables make way
+            // for this one's.
+            ptx::bar_sync();
+            unsafe { build_sums::<T>(cb, x, k_dim, lo << geo.log_warps, geo.chunk() << geo.log_warps, xs) };
+            ptx::bar_sync();
+        }
+        if chunked && i == lo && lo != 0 {
+            for (gi, a) in acc.iter_mut().enumerate() {
+                a[0] = unsafe { ptx::ld_shared_f32(slot(item, gi)) };
+            }
+        }
+        if !sums && i & chunk_mask == 0 && (i | item) != 0 && !x_resident {
             // Everyone is done with the previous chunk; stage the next
             // R·W tiles; publish.
             ptx::bar_sync();
@@ -657,7 +799,11 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
             let stage = ring + step_stage * stage_bytes;
             let u = unsafe { read_unit::<K, NG>(stage, spans_now, lane) };
             let staged = ((i & chunk_mask) << geo.log_warps) + warp;
-            unsafe { fma_unit::<M, K, NG>(&u, table, copy, xs + staged * x_tile_bytes + x_half, &mut acc) };
+            if sums {
+                unsafe { sums_unit::<M, K, NG>(&u, xs + staged * x_tile_bytes, lane & 1, &mut acc) };
+            } else {
+                unsafe { fma_unit::<M, K, NG>(&u, table, copy, xs + staged * x_tile_bytes + x_half, &mut acc) };
+            }
         }
         step_stage += 1;
         if step_stage == geo.stages() {
@@ -665,12 +811,23 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
         }
         i += 1;
         spans_now.advance(step);
-        if i == n_iter {
-            unsafe { epilogue::<M, K, T, H, NG>(&acc, red, team, y, rows, n_dim, cb_now as u64 * cols) };
+        if i == if sums { hi } else { n_iter } {
+            if hi < n_iter {
+                for (gi, a) in acc.iter().enumerate() {
+                    unsafe { ptx::st_shared_f32(slot(item, gi), a[0]) };
+                }
+            } else {
+                unsafe { epilogue::<M, K, T, H, NG>(&acc, red, team, y, rows, n_dim, cb_now as u64 * cols) };
+            }
             acc = [[0f32; M]; NG];
-            i = 0;
             item += 1;
-            spans_now = first_spans(items.first.wrapping_add(item.wrapping_mul(items.step)));
+            if sums && item == items.count {
+                item = 0;
+                lo = hi;
+                hi = next_chunk(hi);
+            }
+            i = if sums { lo } else { 0 };
+            spans_now = spans_at(items.first.wrapping_add(item.wrapping_mul(items.step)), i);
         }
     }
     // No copy may still be in flight when the block exits.
@@ -682,8 +839,9 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
 /// column blocks `v, v + H·grid, …` (32 columns each) of all `M` rows, so
 /// a block's teams together take `b, b + grid, b + 2·grid, …`.
 ///
-/// At k = 2 and M ≤ 2, where the last round of column blocks would leave
-/// more than half of the grid idle, the grid stops after the whole rounds
+/// At k = 2 and M = 2 (`kbit_format::gemv::splits_last_round`), where the
+/// last round of column blocks would leave more than half of the grid idle,
+/// the grid stops after the whole rounds
 /// (`kbit_format::gemv::split_last_round`, which the host applies alike)
 /// and the host launches [`last_round`] on the rest.
 ///
@@ -704,7 +862,7 @@ pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>, const H:
     let col_blocks = n_dim.div_ceil(g::BLOCK_COLS);
     let (b, grid) = (ptx::bid(), ptx::grid_dim());
     let Some(step) = NonZeroU32::new(grid.wrapping_mul(H)) else { return ptx::after_producers() };
-    let col_blocks = if K == 2 && M <= 2 {
+    let col_blocks = if g::splits_last_round(K as u32, M as u32) {
         match g::split_last_round(col_blocks, step.get()) {
             Some(whole) => whole,
             None => col_blocks,
@@ -860,19 +1018,15 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     let e = e as u64;
     let words = tile::words(n_dim as usize, k_dim as usize, K) as u64;
     let bytes = tile::scales(n_dim as usize, k_dim as usize) as u64;
-    unsafe {
-        body::<M, K, T, 1, G>(
-            packed.add((e * words) as usize),
-            scales.add((e * bytes) as usize),
-            cb,
-            x.add((row as u64 * k_dim as u64) as usize),
-            y.add((row as u64 * n_dim as u64) as usize),
-            rows,
-            n_dim,
-            k_dim,
-            geom,
-            |_| Items { first: col_block, step: 1, count: 1 },
-        )
+    let (packed, scales) = unsafe { (packed.add((e * words) as usize), scales.add((e * bytes) as usize)) };
+    let (x, y) = unsafe { (x.add((row as u64 * k_dim as u64) as usize), y.add((row as u64 * n_dim as u64) as usize)) };
+    let items = |_| Items { first: col_block, step: 1, count: 1 };
+    // An expert with one row sums as the dense one-row call does, which at
+    // k = 2 is the pair-sum order (`kbit_format::gemv`, "Summation order").
+    if g::sums(K as u32, 1) && M > 1 && rows == 1 {
+        unsafe { body::<1, K, T, 1, G>(packed, scales, cb, x, y, 1, n_dim, k_dim, geom, items) }
+    } else {
+        unsafe { body::<M, K, T, 1, G>(packed, scales, cb, x, y, rows, n_dim, k_dim, geom, items) }
     }
 }
 
@@ -966,7 +1120,7 @@ gemv_teams_entries! {
     kbit_gemv_teams_m2_k4_bf16: 2, 4, Bf16; kbit_gemv_teams_m2_k5_bf16: 2, 5, Bf16;
 }
 
-/// The last round of a dense k = 2 call of M = 1, 2 on 16-column groups
+/// The last round of a dense k = 2 call of M = 2 on 16-column groups
 /// ([`last_round`]).
 macro_rules! gemv_half_entries {
     ($($name:ident: $m:literal, $t:ty;)*) => {$(
@@ -982,6 +1136,5 @@ macro_rules! gemv_half_entries {
 }
 
 gemv_half_entries! {
-    kbit_gemv_half_m1_k2_f16: 1, F16; kbit_gemv_half_m2_k2_f16: 2, F16;
-    kbit_gemv_half_m1_k2_bf16: 1, Bf16; kbit_gemv_half_m2_k2_bf16: 2, Bf16;
+    kbit_gemv_half_m2_k2_f16: 2, F16; kbit_gemv_half_m2_k2_bf16: 2, Bf16;
 }

@@ -7,8 +7,10 @@
 use core::arch::asm;
 use core::arch::nvptx::*;
 
-// The block's dynamic shared memory: one symbol, sized at launch.
-core::arch::global_asm!(".extern .shared .align 16 .b8 kbit_smem[];");
+// The block's dynamic shared memory: one symbol, sized at launch. Aligned
+// to 256 bytes: the GEMV's pair-sum lookups put a table offset into the low
+// byte of a tile's base address with one `prmt`.
+core::arch::global_asm!(".extern .shared .align 256 .b8 kbit_smem[];");
 
 /// Thread index in the block (x). Any SM.
 #[inline(always)]
