@@ -512,17 +512,31 @@ impl GemvPlan {
     /// happens to place them (an SM holding two blocks with one column block
     /// more each finishes last); one block per SM takes `grid` column
     /// blocks at a time, so the SMs' shares differ by at most one.
+    ///
+    /// Pair sums may instead walk K in chunks (the largest that fits with
+    /// two stages), with accumulator slots for every thread of the block
+    /// and the column blocks of one team.
     fn teamed(w: u32, n_iter: u32, col_blocks: usize, bits: u32, m: usize, device: &DeviceInfo) -> Option<Self> {
-        let chunk = n_iter.next_power_of_two();
-        let geo = |stages: u32| Geometry { log_warps: w.ilog2(), log_chunk: chunk.ilog2(), stages, log_teams: 1 };
+        let sums = g::sums(bits, m as u32);
+        let items = col_blocks.div_ceil(2 * device.sm_count as usize).max(1) as u32;
+        let geo =
+            |chunk: u32, stages: u32| Geometry { log_warps: w.ilog2(), log_chunk: chunk.ilog2(), stages, log_teams: 1 };
+        let bytes = |geo: Geometry| {
+            let slots = if sums && geo.chunk() < n_iter { geo.sums_slot_bytes(items) } else { 0 };
+            (geo.smem_bytes(bits, m as u32) + slots) as usize
+        };
         // The driver reserves 1 KB of shared memory per block.
-        let fits = |stages: u32| {
-            let bytes = geo(stages).smem_bytes(bits, m as u32) as usize;
+        let fits = |chunk: u32, stages: u32| {
+            let bytes = bytes(geo(chunk, stages));
             bytes <= device.max_smem_per_block && bytes + 1024 <= device.max_smem_per_sm
         };
-        let stages = (2..=g::MAX_STAGES).rev().find(|&s| fits(s))?;
-        let geometry = geo(stages);
-        Some(Self { geometry, col_blocks: col_blocks as u32, smem_bytes: geometry.smem_bytes(bits, m as u32) })
+        let mut chunk = n_iter.next_power_of_two();
+        while sums && chunk > 1 && !fits(chunk, 2) {
+            chunk /= 2;
+        }
+        let stages = (2..=g::MAX_STAGES).rev().find(|&s| fits(chunk, s))?;
+        let geometry = geo(chunk, stages);
+        Some(Self { geometry, col_blocks: col_blocks as u32, smem_bytes: bytes(geometry) as u32 })
     }
 }
 
@@ -805,7 +819,9 @@ mod tests {
                             assert!(n.div_ceil(32) >= min * dev.sm_count as usize, "{n}x{k}");
                             assert!(geo.threads() <= 1024 && geo.stages() >= 2, "{geo:?}");
                             let n_iter = kbit_format::tile::k_tiles(k).div_ceil(geo.warps() as usize) as u32;
-                            assert!(geo.chunk() >= n_iter, "{geo:?}: activations must be staged once");
+                            if !g::sums(bits, m as u32) {
+                                assert!(geo.chunk() >= n_iter, "{geo:?}: activations must be staged once");
+                            }
                             assert!(p.smem_bytes as usize + 1024 <= dev.max_smem_per_sm);
                         }
                         // Grouped calls and register-bound instances keep one team.
@@ -828,9 +844,7 @@ mod tests {
                 for bits in 2..=5 {
                     let shape = Shape::new(4 * 132 * 32 + 7, k).unwrap();
                     let p = GemvPlan::new(shape, bits, m, 1024, &h100(), 1, Call::Teamed).unwrap();
-                    // Pair sums on K = 8192: 256 KiB of tables, not resident.
-                    let teams = if g::sums(bits, m as u32) && k == 8192 { 1 } else { 2 };
-                    assert_eq!(p.geometry.teams(), teams, "{k} m={m} k={bits}: {p:?}");
+                    assert_eq!(p.geometry.teams(), 2, "{k} m={m} k={bits}: {p:?}");
                 }
             }
         }

@@ -536,7 +536,8 @@ pub struct Geometry {
     /// log2 of the teams per block (`H`): teams of `W` warps share the
     /// decode table and the activations (staged once, all of K), each
     /// working through its own column blocks with its own rings and
-    /// reduction buffer. `H > 1` only with all of K staged at once.
+    /// reduction buffer. `H > 1` only with all of K staged at once, or
+    /// with pair sums.
     pub log_teams: u32,
 }
 

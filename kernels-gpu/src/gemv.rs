@@ -645,7 +645,8 @@ unsafe fn epilogue<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: 
 /// `2^K`-entry codebook (readable from the 16-byte boundaries at or below
 /// `packed` and `scales`), `rows` rows of activations (16-aligned) and of
 /// outputs; the launch has `32·W·H` threads and `Geometry::smem_bytes` of
-/// dynamic shared memory; with `H > 1` the staging chunk covers all of K.
+/// dynamic shared memory; with `H > 1` the staging chunk covers all of K
+/// (pair sums: any chunk).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32, const NG: usize>(
@@ -759,6 +760,18 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
         }
     }
     ptx::bar_sync();
+    // A team with no column block (not in the host's teamed plans) still
+    // builds its share of every chunk's tables with the other team.
+    if chunked && H > 1 && items.count == 0 {
+        let mut lo = geo.chunk();
+        while lo < n_iter {
+            ptx::bar_sync();
+            unsafe { build_sums::<T>(cb, x, k_dim, lo << geo.log_warps, geo.chunk() << geo.log_warps, xs) };
+            ptx::bar_sync();
+            lo += geo.chunk();
+        }
+        return ptx::cp_async_wait::<0>();
+    }
     // Pair sums between chunks: slot `item` of this thread's accumulators.
     let slot = |item: u32, gi: usize| {
         base + geo.smem_bytes(K as u32, M as u32) + ((item * NG as u32 + gi as u32) * ptx::block_dim() + t) * 4
