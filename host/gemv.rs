@@ -557,8 +557,10 @@ impl Context {
     /// Scalar GEMV `y[M, N] = x[M, K] · Wᵀ` for M = 1..=4 (kernel 1):
     /// each codebook value is looked up once and FMA'd into all M rows in
     /// f32, with the block's absmax applied per weight or once per block
-    /// dot product (the summation orders below); the output is rounded to
-    /// nearest even. Deterministic: the
+    /// dot product (the summation orders below); on matrices of 2^25
+    /// weights and more at k = 2 and M = 1 the lookups are of pair sums
+    /// `x₀·cb[a] + x₁·cb[b]` built from the activations instead. The output
+    /// is rounded to nearest even. Deterministic: the
     /// same inputs give the same bits on every run (the summation orders
     /// are documented in [`kbit_format::gemv`] and
     /// [`kbit_format::gemv_slots`]).
