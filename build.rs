@@ -74,8 +74,12 @@ fn split_sm90a(ptx: &str) -> (String, String) {
 /// 60 registers at two blocks per SM, Llama-size shapes 2–3 % faster); at k = 3
 /// the launch size would give 95–106 registers, and a 60-register budget
 /// ran Llama-3-8B 2 % faster. At k = 4 both ran Llama-3-8B 1–3 % faster
-/// and Llama-3-70B 8–13 % slower, so k = 4 (and 5) keep no directive
-/// (`bench-results/NOTES.md`). The one- and three-row k = 4 column-slot
+/// and Llama-3-70B 8–13 % slower (`bench-results/NOTES.md`); since the
+/// one-row instances at k ≤ 4 carry one loop per constant ring depth
+/// (`kernels-gpu` `gemv::dense`), the one-team k = 4 instance would take 66
+/// registers, over the 64 of two 512-thread blocks per SM, and is held to
+/// 64 (no spills), as is the two-team k = 3 one (80 otherwise, its 1024
+/// threads need 64). The one- and three-row k = 4 column-slot
 /// instances are held to 64 registers (ptxas gives them 65 and 66 on
 /// sm_90, which costs resident blocks and with them the overlap of a call
 /// with the previous one; capped, no spills: three-row `q`, `o`, `down`
@@ -92,6 +96,8 @@ fn launch_bounds(entry: &str) -> Option<&'static str> {
     } else if entry.starts_with("kbit_gemv_slots_m1_k4_")
         || entry.starts_with("kbit_gemv_slots_m3_k4_")
         || entry.starts_with("kbit_gemv_teams_m1_k2_")
+        || entry.starts_with("kbit_gemv_teams_m1_k3_")
+        || entry.starts_with("kbit_gemv_m1_k4_")
     {
         Some(".maxnreg 64\n")
     } else if dense && (entry.contains("_m1_n128_") || entry.contains("_m2_n128_")) {

@@ -639,6 +639,11 @@ unsafe fn epilogue<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: 
 /// through its own ring of `S` shared-memory stages with `cp.async`,
 /// `S − 1` tiles ahead of the math and across item boundaries, so the next
 /// column block's first tiles are in flight while this one is reduced.
+/// `S` is the const parameter where it is not 0 (it must then equal the
+/// geometry's), else the geometry's: with a constant the wait for a tile
+/// is one instruction, with a run-time count a jump through the eleven
+/// counts `cp.async.wait_group` can take here (≈ 12 warp instructions a
+/// tile, 4 % of a one-row k = 4 tile).
 ///
 /// # Safety
 /// The pointers describe an `[n_dim, k_dim]` runtime-layout matrix with its
@@ -649,7 +654,7 @@ unsafe fn epilogue<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: 
 /// (pair sums: any chunk).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32, const NG: usize>(
+unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32, const NG: usize, const S: u32>(
     packed: *const u32,
     scales: *const u8,
     cb: *const f32,
@@ -662,6 +667,9 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
     items: impl FnOnce(u32) -> Items,
 ) {
     let geo = Geometry::unpack(geom);
+    // The ring depth: `S` when the instance fixes it (then the wait below
+    // is one instruction with a constant count), else the geometry's.
+    let stages = if S == 0 { geo.stages() } else { S };
     let sums = g::sums(K as u32, M as u32);
     let t = ptx::tid();
     let lane = t & 31;
@@ -684,7 +692,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
     let xs = base + g::block_table_bytes(K as u32, M as u32);
     let red = base + geo.red_offset(K as u32, M as u32) + team.id * geo.red_bytes(M as u32);
     let stage_bytes = g::stage_bytes(K as u32);
-    let ring = base + geo.ring_offset(K as u32, M as u32) + ring_warp * geo.stages() * stage_bytes;
+    let ring = base + geo.ring_offset(K as u32, M as u32) + ring_warp * stages * stage_bytes;
     // The table and this lane's copy in it.
     let table = base;
     let copy = g::copy_byte(K as u32, g::rows(M as u32), t);
@@ -724,7 +732,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
         }
         ptx::cp_async_commit();
         copy_stage += 1;
-        if copy_stage == geo.stages() {
+        if copy_stage == stages {
             copy_stage = 0;
         }
         ahead.i += 1;
@@ -743,7 +751,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
         }
     };
     let mut j = 0;
-    while j + 1 < geo.stages() {
+    while j + 1 < stages {
         copy_next();
         j += 1;
     }
@@ -785,7 +793,12 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
         // This step's tile has landed (this lane's copies, then the
         // warp's); the stage read one step ago is free for the copies S − 1
         // steps ahead.
-        ptx::cp_async_wait_dyn(geo.stages() - 2);
+        match S {
+            2 => ptx::cp_async_wait::<0>(),
+            3 => ptx::cp_async_wait::<1>(),
+            4 => ptx::cp_async_wait::<2>(),
+            _ => ptx::cp_async_wait_dyn(stages - 2),
+        }
         ptx::syncwarp();
         copy_next();
         if chunked && i == lo && item == 0 && lo != 0 {
@@ -819,7 +832,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
             }
         }
         step_stage += 1;
-        if step_stage == geo.stages() {
+        if step_stage == stages {
             step_stage = 0;
         }
         i += 1;
@@ -888,7 +901,19 @@ pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>, const H:
         let count = if v < col_blocks { (col_blocks - v + step.get() - 1) / step } else { 0 };
         Items { first: v, step: step.get(), count }
     };
-    unsafe { body::<M, K, T, H, G>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items) }
+    // One row at k ≤ 4: one loop per ring depth of the Llama-size plans,
+    // each with a constant wait (the others take the run-time count). At
+    // k = 5 the constant wait measured slower (3 % fewer instructions,
+    // issued less often), and more rows hold no gain worth the code.
+    let stages = if M == 1 && K <= 4 { Geometry::unpack(geom).stages() } else { 0 };
+    unsafe {
+        match stages {
+            2 => body::<M, K, T, H, G, 2>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items),
+            3 => body::<M, K, T, H, G, 3>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items),
+            4 => body::<M, K, T, H, G, 4>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items),
+            _ => body::<M, K, T, H, G, 0>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items),
+        }
+    }
 }
 
 /// Body of `kbit_gemv_half_m{M}_k2_{T}`: the last round of a dense call
@@ -916,7 +941,7 @@ pub unsafe fn last_round<const M: usize, T: Elem<Raw = u16>>(
 ) {
     let group = first + ptx::bid();
     let items = |_| Items { first: group, step: 1, count: (group < units) as u32 };
-    unsafe { body::<M, 2, T, 1, 1>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items) }
+    unsafe { body::<M, 2, T, 1, 1, 0>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items) }
 }
 
 /// The expert owning activation row `row` and its rows: `(e, start, end)`
@@ -1037,9 +1062,9 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     // An expert with one row sums as the dense one-row call does, which at
     // k = 2 is the pair-sum order (`kbit_format::gemv`, "Summation order").
     if g::sums(K as u32, 1) && M > 1 && rows == 1 {
-        unsafe { body::<1, K, T, 1, G>(packed, scales, cb, x, y, 1, n_dim, k_dim, geom, items) }
+        unsafe { body::<1, K, T, 1, G, 0>(packed, scales, cb, x, y, 1, n_dim, k_dim, geom, items) }
     } else {
-        unsafe { body::<M, K, T, 1, G>(packed, scales, cb, x, y, rows, n_dim, k_dim, geom, items) }
+        unsafe { body::<M, K, T, 1, G, 0>(packed, scales, cb, x, y, rows, n_dim, k_dim, geom, items) }
     }
 }
 
