@@ -147,18 +147,30 @@ const fn plane_chunks(k: usize, ng: usize) -> u32 {
 /// Away from the end of the arrays every copy is a plain 16-byte
 /// `cp.async` (a lane issues at most `ceil(chunks / 32)`); near it, bytes
 /// at or past `words_end` / `scales_end` are zero-filled and never read.
-/// The caller commits.
+/// Where the copies end before the arrays do is `plain` when the caller
+/// knows it ([`Plain`]), else found from the addresses. The caller commits.
 ///
 /// # Safety
 /// `dst` is a stage of [`g::stage_bytes`]; everything between the aligned
-/// starts and the ends is readable global memory.
+/// starts and the ends is readable global memory; `plain` is `Some(true)`
+/// only where the copies end before `words_end` and `scales_end`.
 #[inline(always)]
-unsafe fn copy_tile<const K: usize, const NG: usize>(sp: Spans, words_end: u64, scales_end: u64, lane: u32, dst: u32) {
+unsafe fn copy_tile<const K: usize, const NG: usize>(
+    sp: Spans,
+    plain: Option<bool>,
+    words_end: u64,
+    scales_end: u64,
+    lane: u32,
+    dst: u32,
+) {
     let chunks = plane_chunks(K, NG);
     let scale_chunks = 2 * NG as u32 + 1;
     let plane0 = sp.planes & !15;
     let scale0 = sp.scales & !15;
-    let inside = plane0 + 16 * chunks as u64 <= words_end && scale0 + 16 * scale_chunks as u64 <= scales_end;
+    let inside = match plain {
+        Some(plain) => plain,
+        None => plane0 + 16 * chunks as u64 <= words_end && scale0 + 16 * scale_chunks as u64 <= scales_end,
+    };
     if inside {
         for j in 0..chunks.div_ceil(32) {
             let c = lane + 32 * j;
@@ -186,6 +198,35 @@ unsafe fn copy_tile<const K: usize, const NG: usize>(sp: Spans, words_end: u64, 
         let size = scales_end.saturating_sub(at).min(16) as u32;
         let src = if size > 0 { at } else { scale0 };
         unsafe { ptx::cp_async_16_zfill(dst + g::stage_scales(K as u32) + 16 * lane, src as *const u8, size) };
+    }
+}
+
+/// Which copies of a column block's tiles end before the arrays do, by
+/// tile index alone. A tile's copies start at or below its spans and end
+/// at most 16 bytes past them (`copy_tile`); the spans of column block
+/// `cb < last` are followed by those of `cb + 1` in the same tile row, and
+/// the last column block's (which may reach up to 31 columns past `N`, 62
+/// scale bytes) by the rows of the tiles after it, `2N` scale bytes and
+/// `8kN` plane bytes each. So the copies of tile `kt` are plain unless the
+/// column block is the last and fewer than `ceil(40 / N)` tile rows follow
+/// (`2N·rows ≥ 2·31 + 16`, and the plane bytes then suffice too).
+#[derive(Clone, Copy)]
+struct Plain {
+    last_cb: u32,
+    safe_tiles: u32,
+}
+
+impl Plain {
+    #[inline(always)]
+    fn new(n_dim: u32, k_tiles: u32, cols: u32) -> Self {
+        let after = if n_dim >= 40 { 1 } else { 40_u32.div_ceil(n_dim.max(1)) };
+        Self { last_cb: n_dim.saturating_sub(1) / cols, safe_tiles: k_tiles.saturating_sub(after) }
+    }
+
+    /// Whether the copies of tile `kt` of column block `cb` are plain.
+    #[inline(always)]
+    fn at(&self, cb: u32, kt: u32) -> bool {
+        cb != self.last_cb || kt < self.safe_tiles
     }
 }
 
@@ -654,7 +695,15 @@ unsafe fn epilogue<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: 
 /// (pair sums: any chunk).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32, const NG: usize, const S: u32>(
+unsafe fn body<
+    const M: usize,
+    const K: usize,
+    T: Elem<Raw = u16>,
+    const H: u32,
+    const NG: usize,
+    const S: u32,
+    const DENSE: bool,
+>(
     packed: *const u32,
     scales: *const u8,
     cb: *const f32,
@@ -687,6 +736,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
     let x_resident = geo.chunk() >= n_iter;
     let words_end = packed as u64 + 4 * tile::words(n_dim as usize, k_dim as usize, K) as u64;
     let scales_end = scales as u64 + tile::scales(n_dim as usize, k_dim as usize) as u64;
+    let plain = Plain::new(n_dim as u32, k_tiles, 16 * NG as u32);
 
     let base = ptx::smem_base();
     let xs = base + g::block_table_bytes(K as u32, M as u32);
@@ -728,7 +778,18 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: u32,
     let mut copy_next = || {
         if ahead.item < items.count && ok(ahead.i) {
             let dst = ring + copy_stage * stage_bytes;
-            unsafe { copy_tile::<K, NG>(ahead_spans, words_end, scales_end, lane, dst) };
+            // By tile index in the dense one-row k = 2 instances (pair
+            // sums); elsewhere the test of the addresses: at M ≥ 2 and in
+            // the grouped kernel the index test moved instances past 64
+            // registers, and at k = 3..5 it measured slower under CUDA
+            // graphs (one-team k = 4 on Llama-3-70B +12 %, with 3 % fewer
+            // instructions).
+            let plain = if M == 1 && K == 2 && DENSE {
+                Some(plain.at(ahead.cb, (ahead.i << geo.log_warps) + warp))
+            } else {
+                None
+            };
+            unsafe { copy_tile::<K, NG>(ahead_spans, plain, words_end, scales_end, lane, dst) };
         }
         ptx::cp_async_commit();
         copy_stage += 1;
@@ -908,10 +969,10 @@ pub unsafe fn dense<const M: usize, const K: usize, T: Elem<Raw = u16>, const H:
     let stages = if M == 1 && K <= 4 { Geometry::unpack(geom).stages() } else { 0 };
     unsafe {
         match stages {
-            2 => body::<M, K, T, H, G, 2>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items),
-            3 => body::<M, K, T, H, G, 3>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items),
-            4 => body::<M, K, T, H, G, 4>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items),
-            _ => body::<M, K, T, H, G, 0>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items),
+            2 => body::<M, K, T, H, G, 2, true>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items),
+            3 => body::<M, K, T, H, G, 3, true>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items),
+            4 => body::<M, K, T, H, G, 4, true>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items),
+            _ => body::<M, K, T, H, G, 0, true>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items),
         }
     }
 }
@@ -941,7 +1002,7 @@ pub unsafe fn last_round<const M: usize, T: Elem<Raw = u16>>(
 ) {
     let group = first + ptx::bid();
     let items = |_| Items { first: group, step: 1, count: (group < units) as u32 };
-    unsafe { body::<M, 2, T, 1, 1, 0>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items) }
+    unsafe { body::<M, 2, T, 1, 1, 0, true>(packed, scales, cb, x, y, M as u32, n_dim, k_dim, geom, items) }
 }
 
 /// The expert owning activation row `row` and its rows: `(e, start, end)`
@@ -1062,9 +1123,9 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     // An expert with one row sums as the dense one-row call does, which at
     // k = 2 is the pair-sum order (`kbit_format::gemv`, "Summation order").
     if g::sums(K as u32, 1) && M > 1 && rows == 1 {
-        unsafe { body::<1, K, T, 1, G, 0>(packed, scales, cb, x, y, 1, n_dim, k_dim, geom, items) }
+        unsafe { body::<1, K, T, 1, G, 0, false>(packed, scales, cb, x, y, 1, n_dim, k_dim, geom, items) }
     } else {
-        unsafe { body::<M, K, T, 1, G, 0>(packed, scales, cb, x, y, rows, n_dim, k_dim, geom, items) }
+        unsafe { body::<M, K, T, 1, G, 0, false>(packed, scales, cb, x, y, rows, n_dim, k_dim, geom, items) }
     }
 }
 
