@@ -684,7 +684,9 @@ unsafe fn epilogue<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: 
 /// geometry's), else the geometry's: with a constant the wait for a tile
 /// is one instruction, with a run-time count a jump through the eleven
 /// counts `cp.async.wait_group` can take here (≈ 12 warp instructions a
-/// tile, 4 % of a one-row k = 4 tile).
+/// tile, 4 % of a one-row k = 4 tile). `DENSE`: a dense call (the copy
+/// bounds of its one-row k = 2 instances come from the tile index,
+/// [`Plain`]); the grouped kernel passes `false`.
 ///
 /// # Safety
 /// The pointers describe an `[n_dim, k_dim]` runtime-layout matrix with its
