@@ -685,8 +685,8 @@ unsafe fn epilogue<const M: usize, const K: usize, T: Elem<Raw = u16>, const H: 
 /// is one instruction, with a run-time count a jump through the eleven
 /// counts `cp.async.wait_group` can take here (≈ 12 warp instructions a
 /// tile, 4 % of a one-row k = 4 tile). `DENSE`: a dense call (the copy
-/// bounds of its one-row k = 2 instances come from the tile index,
-/// [`Plain`]); the grouped kernel passes `false`.
+/// bounds of its one-row k = 2 and two-team k = 5 instances come from the
+/// tile index, [`Plain`]); the grouped kernel passes `false`.
 ///
 /// # Safety
 /// The pointers describe an `[n_dim, k_dim]` runtime-layout matrix with its
@@ -781,12 +781,12 @@ unsafe fn body<
         if ahead.item < items.count && ok(ahead.i) {
             let dst = ring + copy_stage * stage_bytes;
             // By tile index in the dense one-row k = 2 instances (pair
-            // sums); elsewhere the test of the addresses: at M ≥ 2 and in
-            // the grouped kernel the index test moved instances past 64
-            // registers, and at k = 3..5 it measured slower under CUDA
-            // graphs (one-team k = 4 on Llama-3-70B +12 %, with 3 % fewer
-            // instructions).
-            let plain = if M == 1 && K == 2 && DENSE {
+            // sums) and the two-team k = 5 one; elsewhere the test of the
+            // addresses: at M ≥ 2 and in the grouped kernel the index test
+            // moved instances past 64 registers, and in the other one-row
+            // instances it measured slower under CUDA graphs (one-team k = 4
+            // on Llama-3-70B +12 %, with 3 % fewer instructions).
+            let plain = if M == 1 && (K == 2 || K == 5 && H == 2) && DENSE {
                 Some(plain.at(ahead.cb, (ahead.i << geo.log_warps) + warp))
             } else {
                 None
