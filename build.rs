@@ -78,8 +78,7 @@ fn split_sm90a(ptx: &str) -> (String, String) {
 /// one-row instances at k ≤ 4 carry one loop per constant ring depth
 /// (`kernels-gpu` `gemv::dense`), the one-team k = 4 instance would take 66
 /// registers, over the 64 of two 512-thread blocks per SM, and is held to
-/// 64 (no spills), as is the two-team k = 3 one (80 otherwise, its 1024
-/// threads need 64). The one- and three-row k = 4 column-slot
+/// 64 (no spills). The one- and three-row k = 4 column-slot
 /// instances are held to 64 registers (ptxas gives them 65 and 66 on
 /// sm_90, which costs resident blocks and with them the overlap of a call
 /// with the previous one; capped, no spills: three-row `q`, `o`, `down`
@@ -96,7 +95,6 @@ fn launch_bounds(entry: &str) -> Option<&'static str> {
     } else if entry.starts_with("kbit_gemv_slots_m1_k4_")
         || entry.starts_with("kbit_gemv_slots_m3_k4_")
         || entry.starts_with("kbit_gemv_teams_m1_k2_")
-        || entry.starts_with("kbit_gemv_teams_m1_k3_")
         || entry.starts_with("kbit_gemv_m1_k4_")
     {
         Some(".maxnreg 64\n")
