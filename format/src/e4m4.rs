@@ -21,13 +21,37 @@ pub const MAX: f32 = 31.0;
 
 /// Decodes a scale byte exactly.
 ///
-/// Branch-free (four GPU instructions): the byte shifted into the top of an
-/// f32 is exponent field `e` and mantissa `m/16`, so biasing it by 116
-/// gives `2^(e−11) · (1 + m/16)`, the value for `e ≥ 1`. For `e = 0` the
-/// bias is 117, giving `2^−10 + m · 2^−14`, and subtracting `2^−10` leaves
-/// the subnormal `m · 2^−14` exactly (Sterbenz).
+/// Two GPU instructions, no branch or select: the byte shifted into the top
+/// of an f32 (bits 19..27) is exponent field `e` and mantissa `m/16`, i.e.
+/// `2^(e−127) · (1 + m/16)` for `e ≥ 1` and the subnormal `m · 2^−130` for
+/// `e = 0`; one multiply by `2^116` (exact: a power of two, the result
+/// normal or 0) gives `2^(e−11) · (1 + m/16)` and `m · 2^−14`. Subnormal
+/// inputs are kept by IEEE multiplication (`mul.rn.f32`; the kernels are
+/// built without flush-to-zero).
+///
+/// ```
+/// use kbit_format::e4m4::decode;
+/// assert_eq!((decode(0x00), decode(0x01), decode(0xB0), decode(0xFF)), (0.0, 2f32.powi(-14), 1.0, 31.0));
+/// ```
 #[inline(always)]
 pub fn decode(byte: u8) -> f32 {
+    f32::from_bits((byte as u32) << 19) * f32::from_bits((116 + 127) << 23)
+}
+
+/// [`decode`] in four GPU instructions without a subnormal operand: the
+/// shifted byte biased by 116 is `2^(e−11) · (1 + m/16)`, the value for
+/// `e ≥ 1`; for `e = 0` the bias is 117, giving `2^−10 + m · 2^−14`, and
+/// subtracting `2^−10` leaves `m · 2^−14` exactly (Sterbenz). The same
+/// values as [`decode`]; the GEMV instances other than the one-row block
+/// ones use it because their register allocation was tuned with it (with
+/// [`decode`] ptxas moves several of them across the 64-register line).
+///
+/// ```
+/// use kbit_format::e4m4::{decode, decode_biased};
+/// assert!((0..=255u8).all(|b| decode_biased(b).to_bits() == decode(b).to_bits()));
+/// ```
+#[inline(always)]
+pub fn decode_biased(byte: u8) -> f32 {
     let sub = byte < 16;
     let v = f32::from_bits(((byte as u32) << 19) + ((116 + sub as u32) << 23));
     if sub { v - f32::from_bits(117 << 23) } else { v }

@@ -78,7 +78,7 @@ impl Layout for Tiled {
     }
     #[inline(always)]
     fn decode(s: u8) -> f32 {
-        e4m4::decode(s)
+        e4m4::decode_biased(s)
     }
 }
 

@@ -267,7 +267,7 @@ unsafe fn fma_block<const M: usize, const K: usize>(
     xs: u32,
     acc: &mut [[f32; M]; 2],
 ) {
-    let scale = e4m4::decode(scale as u8);
+    let scale = e4m4::decode_biased(scale as u8);
     let mine = table + (copy & 0xFF);
     if K == 2 {
         // Block dot products of the even and odd elements, scaled once as
