@@ -21,7 +21,7 @@ pub const MAX: f32 = 31.0;
 
 /// Decodes a scale byte exactly.
 ///
-/// Two GPU instructions, no branch or select: the byte shifted into the top
+/// A shift and a multiply, no branch or select: the byte shifted into the top
 /// of an f32 (bits 19..27) is exponent field `e` and mantissa `m/16`, i.e.
 /// `2^(e−127) · (1 + m/16)` for `e ≥ 1` and the subnormal `m · 2^−130` for
 /// `e = 0`; one multiply by `2^116` (exact: a power of two, the result
@@ -38,13 +38,15 @@ pub fn decode(byte: u8) -> f32 {
     f32::from_bits((byte as u32) << 19) * f32::from_bits((116 + 127) << 23)
 }
 
-/// [`decode`] in four GPU instructions without a subnormal operand: the
-/// shifted byte biased by 116 is `2^(e−11) · (1 + m/16)`, the value for
-/// `e ≥ 1`; for `e = 0` the bias is 117, giving `2^−10 + m · 2^−14`, and
-/// subtracting `2^−10` leaves `m · 2^−14` exactly (Sterbenz). The same
-/// values as [`decode`]; the GEMV instances other than the one-row block
+/// [`decode`] without a subnormal operand (a test of the exponent, a
+/// biased add and a subtract under it): the shifted byte biased by 116 is
+/// `2^(e−11) · (1 + m/16)`, the value for `e ≥ 1`; for `e = 0` the bias is
+/// 117, giving `2^−10 + m · 2^−14`, and subtracting `2^−10` leaves
+/// `m · 2^−14` exactly (Sterbenz). The same values as [`decode`]; the
+/// dequantize kernels and the GEMV instances other than the one-row block
 /// ones use it because their register allocation was tuned with it (with
-/// [`decode`] ptxas moves several of them across the 64-register line).
+/// [`decode`] ptxas moves several GEMV instances across the 64-register
+/// line).
 ///
 /// ```
 /// use kbit_format::e4m4::{decode, decode_biased};
