@@ -40,12 +40,18 @@ fn random_codebook(rng: &mut SmallRng, bits: u32) -> Codebook {
 }
 
 /// A random runtime-layout weight: uniformly random planes (every index
-/// equally likely) and E4M4 scales in 2^-5 .. 2; the half tile past K of
-/// `K % 64 == 32` is zero, as the format requires.
+/// equally likely) and E4M4 scales in 2^-5 .. 2, one in eight instead
+/// among the 32 smallest codes (0, exponent 0: the subnormal `m · 2^-14`,
+/// which the decodes reach through an f32 subnormal or a subtraction, and
+/// exponent 1); the half tile past K of `K % 64 == 32` is zero, as the
+/// format requires.
 fn random_tiled(rng: &mut SmallRng, shape: Shape, cb: &Codebook) -> TiledWeight {
     let bits = cb.bits() as usize;
     let mut packed: Vec<u32> = (0..shape.tiled_words(cb.bits())).map(|_| rng.random()).collect();
-    let mut scales: Vec<u8> = (0..shape.tiled_scales()).map(|_| rng.random_range(0x60u8..0xC0)).collect();
+    let scale = |rng: &mut SmallRng| {
+        if rng.random_ratio(1, 8) { rng.random_range(0x00u8..0x20) } else { rng.random_range(0x60u8..0xC0) }
+    };
+    let mut scales: Vec<u8> = (0..shape.tiled_scales()).map(|_| scale(rng)).collect();
     if shape.k % 64 == 32 {
         let kb = (shape.k / 32) as u64; // the missing block of the last tile
         for n in 0..shape.n as u64 {

@@ -159,6 +159,17 @@ fn ptx_has_every_kernel_and_no_panic_path() {
     assert!(sm90.contains(".target sm_90a") && sm90.contains(".version 8.0"));
 }
 
+/// No floating-point instruction flushes subnormals: the E4M4 decode of the
+/// one-row GEMV multiplies the subnormal `m · 2^−130` by `2^116`
+/// (`kbit_format::e4m4::decode`), which a `.ftz` multiply would turn into 0
+/// for every scale below `2^−10`.
+#[test]
+fn no_flush_to_zero() {
+    for (what, ptx) in [("sm_89 module", kbit::module::PTX), ("sm_90a entries", kbit::module::PTX_SM90A_ENTRIES)] {
+        assert!(!ptx.contains(".ftz"), "a flush-to-zero instruction in the {what}");
+    }
+}
+
 /// Every GEMV and tensor-core GEMM entry (the kernels launched as
 /// programmatic dependents) waits for its producers and lets its dependents
 /// start; the sm_90 module has the instructions in place of every marker.
