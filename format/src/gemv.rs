@@ -24,10 +24,10 @@
 //!   one 64-bit shared load dequantizes two elements. Each field has 16
 //!   copies (lane `l` reads copy `l % 16`: the 16 lanes of a half-warp in
 //!   16 different bank pairs), or 32 for k = 3 in the row layout below.
-//! - k = 5 ([`wide_words`]): byte `m` of word `c` is 4× the field of
-//!   element `8m + c`, with plane bits in the order 0, 2, 1, 3, 4
-//!   ([`wide_index`]), i.e. directly the byte offset of its entry in a
-//!   table of the 32 codebook values (one per bank, conflict-free).
+//! - k = 5 ([`wide_words`]): byte `m` of word `c` is 4× the codebook
+//!   index of element `8m + c`, i.e. directly the byte offset of its entry
+//!   in a table of the 32 codebook values in order (one per bank,
+//!   conflict-free).
 //!
 //! ## Table addresses (k ≤ 4, M = 1)
 //!
@@ -258,12 +258,6 @@ pub const fn quad_index(field: u32, t: u32) -> u32 {
     ((field >> b) & 1) | ((field >> (b + 2)) & 1) << 1
 }
 
-/// Codebook index of a k = 5 field: field bits 0..5 are planes 0, 2, 1, 3, 4.
-#[inline(always)]
-pub const fn wide_index(field: u32) -> u32 {
-    (field & 1) | ((field >> 2) & 1) << 1 | ((field >> 1) & 1) << 2 | (field & 0x18)
-}
-
 /// Interleaves planes 0 and 1 in 2-bit chunks: nibble `i` of the first word
 /// holds bits `4i, 4i + 1` of both planes (`[p0, p0, p1, p1]`), nibble `i`
 /// of the second bits `4i + 2, 4i + 3`.
@@ -303,23 +297,32 @@ pub fn pair_words<const K: usize>(planes: &[u32; K]) -> [u32; 4] {
     [even(a, c), even(b, d), odd(a, c), odd(b, d)]
 }
 
-/// Field words of one block for k = 5: byte `m` of word `c` is 4× the
-/// field of element `8m + c` (see [`wide_index`] for its bit order), the
-/// byte offset of its entry in the table.
+/// Field words of one block for k = 5 (up to 5 planes; absent ones read
+/// as zero): byte `m` of word `c` is 4× the codebook index of element
+/// `8m + c`, the byte offset of its entry in the table (bit `2 + j` of the
+/// byte is plane `j` of the element).
+///
+/// Plane `j` rotated left by `2 + j` has bit `8m + c` at `8m + c + 2 + j`
+/// (mod 32) for every `j`, so word `c` takes, from each rotated plane, the
+/// bits at `8m + 2 + j + c` (one AND-OR with a constant mask), and one
+/// rotation right by `c` puts them at `8m + 2 + j`: 5 rotations and about 6
+/// instructions a word.
+///
+/// ```
+/// use kbit_format::gemv::wide_words;
+/// // Element 9 (byte 1 of word 1) has index 0b10110: planes 1, 2, 4.
+/// let planes = [0, 1 << 9, 1 << 9, 0, 1 << 9];
+/// assert_eq!(wide_words(&planes)[1], (4 * 0b10110) << 8);
+/// ```
 #[inline(always)]
 pub fn wide_words<const K: usize>(planes: &[u32; K]) -> [u32; 8] {
-    let p4 = planes.get(4).copied().unwrap_or(0);
-    let pairs = pair_words::<4>(&core::array::from_fn(|j| planes.get(j).copied().unwrap_or(0)));
+    let q: [u32; 5] = core::array::from_fn(|j| planes.get(j).copied().unwrap_or(0).rotate_left(2 + j as u32));
     core::array::from_fn(|c| {
-        let w = pairs[c / 2];
-        // The even (t = 0) or odd (t = 1) bits of each byte: planes 0..4 of
-        // one element at bits 0, 2, 4, 6; `<< 2 | >> 1` moves them to bits
-        // 2..6 in the order 0, 2, 1, 3.
-        let e = (if c % 2 == 0 { w } else { w >> 1 }) & 0x5555_5555;
-        let lo = ((e << 2) | (e >> 1)) & 0x3C3C_3C3C;
-        // Plane 4 of element 8m + c (bit 8m + c) to bit 6 of byte m.
-        let hi = (if c <= 6 { p4 << (6 - c) } else { p4 >> (c - 6) }) & 0x4040_4040;
-        lo | hi
+        let mut w = 0;
+        for (j, &qj) in q.iter().enumerate() {
+            w |= qj & (0x0101_0101u32 << (2 + j)).rotate_left(c as u32);
+        }
+        w.rotate_right(c as u32)
     })
 }
 

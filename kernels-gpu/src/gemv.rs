@@ -275,7 +275,7 @@ unsafe fn read_unit<const K: usize, const NG: usize>(stage: u32, sp: Spans, lane
 /// (k = 2: 8 copies of the 4 values of a quad; k = 3, 4: 16 or 32 copies of
 /// the 2 values of a pair), one thread per field, 16 bytes per store;
 /// thread `f` starts at store `f % 8` so the 8 lanes of a quarter-warp
-/// always write 8 different bank groups. For k = 5, `cb[wide_index(g)]` at
+/// always write 8 different bank groups. For k = 5, `cb[g]` at
 /// `4g`. The caller's next block barrier publishes it.
 ///
 /// # Safety
@@ -309,7 +309,7 @@ pub(crate) unsafe fn build_table<const K: usize, const M: usize>(cb: *const f32,
         }
     } else {
         while f < 32 {
-            unsafe { ptx::st_shared_u32(table + 4 * f, entry(g::wide_index(f))) };
+            unsafe { ptx::st_shared_u32(table + 4 * f, entry(f)) };
             f += nt;
         }
     }
