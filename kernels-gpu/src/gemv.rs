@@ -464,8 +464,8 @@ unsafe fn fma_unit<const M: usize, const K: usize, const NG: usize>(
         }
     });
     for gi in 0..NG {
-        // One row: the two-instruction decode (the instances of more rows
-        // keep the register allocation of the biased one).
+        // One row: the shift-and-multiply decode (the instances of more
+        // rows keep the register allocation of the biased one).
         let scale = if M == 1 { e4m4::decode(u.scales[gi] as u8) } else { e4m4::decode_biased(u.scales[gi] as u8) };
         for r in 0..M {
             acc[gi][r] = ptx::fma_rn_f32(d[gi][r], scale, acc[gi][r]);
