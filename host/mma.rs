@@ -7,10 +7,11 @@
 //! the instance's shared memory; [`crate::splitk`]) for the device's SM
 //! count, and launches once on the context's stream. On matrices of up to
 //! 2^25 weights whose blocks of 8, 16 or 32 columns are resident in one
-//! wave it runs the K-slot variant instead (`kernels-gpu/src/mma_kslots.rs`:
-//! a block owns 8, 16 or 32 columns and all of K, split over its 8 warps) at
-//! M ≤ 8, and at M = 9..16 where the measured rule of `kslots_first`
-//! prefers it; [`MmaOptions::k_slots`] forces either form. The split-K
+//! wave (at M ≤ 8 and k ≥ 4, up to 5/4 of one) it runs the K-slot variant
+//! instead (`kernels-gpu/src/mma_kslots.rs`: a block owns 8, 16 or 32
+//! columns and all of K, split over its 8 warps) at M ≤ 8, and at M =
+//! 9..16 where the measured rule of `kslots_first` prefers it;
+//! [`MmaOptions::k_slots`] forces either form. The split-K
 //! workspace and counters belong to the [`Context`] (allocated at
 //! creation); the kernel leaves the counters at zero, so calls need no memset, no allocation and no host
 //! synchronization, and can be captured in a CUDA graph.
@@ -301,7 +302,14 @@ fn room_for_next(resident: u32, blocks: u32, sms: u32) -> bool {
 /// - the whole grid must be resident at once (a second wave: Llama-3 gate/up
 ///   +15 to +50 %, Qwen3 `gate/up` at M = 12, 16, k = 4 +53 %), and the
 ///   matrix at most 2^25 weights (Llama-3-8B gate/up, 2^25.8, at k = 2:
-///   +17 to +31 % even in one wave);
+///   +17 to +31 % even in one wave). At M ≤ 8 a dense grid may hold up to
+///   5/4 of the resident blocks at k = 5, and at k = 4 on K = 2048..2560,
+///   where that was measured faster (H200, M = 2..8, against the pipelined
+///   kernel; 280 or 320 blocks of 32 columns on 264 slots): k = 5 on K =
+///   1024 / 1536 / 2048 / 2560 / 3072 −11 / −6 / −13 / −8 / +1 %, k = 4 on
+///   K = 2048 / 2560 −8 / −6 %; not taken: k = 4 on K = 1024, 1536, 3072
+///   (+0 to +17 %, +3 to +4.5 %), k = 2, 3 (448 blocks on 396 slots: up to
+///   +28 % at M = 8), and 512 blocks on 264 or 396 slots (+2 to +28 %);
 /// - M ≤ 8: every Qwen3 dense shape. `q`, `gate/up` and GLM shared −8 to
 ///   −21 %; `kv` (32 blocks) −20 to −26 %, where the pipelined kernel
 ///   splits K 8 ways; `o` −1 to −7 %; `down` −5 to −7 % at k = 3, 5,
@@ -324,7 +332,15 @@ fn room_for_next(resident: u32, blocks: u32, sms: u32) -> bool {
 fn kslots_first(p: &Plan, bits: u32, sms: u32, units: u32) -> bool {
     let weights = p.n as u64 * p.k as u64;
     let grid = p.grid.saturating_mul(units);
-    if grid > sms * p.tile.blocks_per_sm || weights > 1 << 25 {
+    let resident = sms * p.tile.blocks_per_sm;
+    if weights > 1 << 25 {
+        return false;
+    }
+    let past_wave = bits == 5 || (bits == 4 && (32..=40).contains(&p.k_tiles));
+    if p.m <= 8 && units == 1 && past_wave && 4 * grid as u64 <= 5 * resident as u64 {
+        return true;
+    }
+    if grid > resident {
         return false;
     }
     if p.m <= 8 {
