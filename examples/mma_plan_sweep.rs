@@ -5,10 +5,13 @@
 //! the fastest distinct plans with their time against the automatic one.
 //!
 //! ```text
-//! cargo run --release --example mma_plan_sweep -- SHAPES BITS MS [--lite] [--past-wave]
+//! cargo run --release --example mma_plan_sweep -- SHAPES BITS MS [--lite | --pair] [--past-wave]
 //!   SHAPES       KxN or KxNxE (E experts, grouped launch), comma-separated
 //!   BITS, MS     comma-separated lists (k = 2..5, M = 1..64)
 //!   --lite       only auto, K-slot and pipelined plans
+//!   --pair       only the K-slot and pipelined plans, one line per case:
+//!                `pair K N k M t_kslots t_pipe` (µs; `-` where a plan
+//!                cannot run)
 //!   --past-wave  only cases whose automatic plan is a K-slot grid larger
 //!                than the blocks resident at once
 //! ```
@@ -27,6 +30,7 @@ struct Args {
     bits: Vec<u32>,
     ms: Vec<usize>,
     lite: bool,
+    pair: bool,
     past_wave: bool,
 }
 
@@ -34,8 +38,8 @@ fn parse() -> Result<Args, String> {
     let a: Vec<String> = std::env::args().skip(1).collect();
     let flags: Vec<&str> = a.iter().filter(|s| s.starts_with("--")).map(String::as_str).collect();
     let pos: Vec<&str> = a.iter().filter(|s| !s.starts_with("--")).map(String::as_str).collect();
-    if pos.len() != 3 || flags.iter().any(|f| !["--lite", "--past-wave"].contains(f)) {
-        return Err("usage: mma_plan_sweep SHAPES BITS MS [--lite] [--past-wave]".into());
+    if pos.len() != 3 || flags.iter().any(|f| !["--lite", "--pair", "--past-wave"].contains(f)) {
+        return Err("usage: mma_plan_sweep SHAPES BITS MS [--lite | --pair] [--past-wave]".into());
     }
     let nums = |s: &str| -> Result<Vec<usize>, String> {
         s.split(',').map(|v| v.parse().map_err(|e| format!("{v:?}: {e}"))).collect()
@@ -58,6 +62,7 @@ fn parse() -> Result<Args, String> {
         bits,
         ms: nums(pos[2])?,
         lite: flags.contains(&"--lite"),
+        pair: flags.contains(&"--pair"),
         past_wave: flags.contains(&"--past-wave"),
     })
 }
@@ -177,6 +182,17 @@ fn main() -> kbit::Result<()> {
                 let mut dy = stream.alloc_zeros::<f16>(rows * n)?;
                 let offsets: Vec<u32> = (0..=e as u32).map(|i| i * m as u32).collect();
                 let doff = stream.clone_htod(&offsets)?;
+                if args.pair {
+                    let base = MmaOptions::default();
+                    let mut t = |k_slots: bool| {
+                        let o = MmaOptions { k_slots: Some(k_slots), ..base };
+                        let r =
+                            timer.per_call(copies, &mut |i| ctx.mma_gemm_with(&dx, m, &ws[i], &mut dy, o).map(|_| ()));
+                        r.map_or("-".to_string(), |t| format!("{:.3}", t.us))
+                    };
+                    println!("pair {k} {n} {bits} {m} {} {}", t(true), t(false));
+                    continue;
+                }
                 let mut res = Vec::new();
                 for (name, o) in candidates(args.lite) {
                     let mut plan = String::new();

@@ -52,6 +52,7 @@ mod gemv;
 mod grouped_mma;
 mod launch;
 mod linear;
+pub mod mid_m;
 mod mma;
 pub mod module;
 mod moe;

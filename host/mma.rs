@@ -6,11 +6,12 @@
 //! the K splits and the pipeline shape (stages × K tiles per stage, within
 //! the instance's shared memory; [`crate::splitk`]) for the device's SM
 //! count, and launches once on the context's stream. On matrices of up to
-//! 2^25 weights whose blocks of 8, 16 or 32 columns are resident in one
-//! wave (at M ≤ 8 and k ≥ 4, up to 5/4 of one) it runs the K-slot variant
-//! instead (`kernels-gpu/src/mma_kslots.rs`: a block owns 8, 16 or 32
-//! columns and all of K, split over its 8 warps) at M ≤ 8, and at M =
-//! 9..16 where the measured rule of `kslots_first` prefers it;
+//! 2^25 weights it runs the K-slot variant instead
+//! (`kernels-gpu/src/mma_kslots.rs`: a block owns 8, 16 or 32 columns and
+//! all of K, split over its 8 warps) where it is measured faster: dense
+//! calls at M = 5..8 by the table of [`crate::mid_m`], and otherwise by the
+//! rules of `kslots_first` (at M ≤ 8 on grids resident in one wave, or
+//! 5/4 of one at k ≥ 4, and at M = 9..16 on some);
 //! [`MmaOptions::k_slots`] forces either form. The split-K
 //! workspace and counters belong to the [`Context`] (allocated at
 //! creation); the kernel leaves the counters at zero, so calls need no memset, no allocation and no host
@@ -24,6 +25,7 @@
 use crate::context::SMEM_RESERVED_PER_BLOCK;
 use crate::device::dptr;
 use crate::launch;
+use crate::mid_m;
 use crate::module::{
     MMA_GROUPED_TILE_N, MMA_M_BLOCKS, MMA_STREAM, MMA_TILE_N, mma_grouped_slot, mma_kslots_slot, mma_slot, names,
 };
@@ -302,7 +304,11 @@ fn room_for_next(resident: u32, blocks: u32, sms: u32) -> bool {
 /// - the whole grid must be resident at once (a second wave: Llama-3 gate/up
 ///   +15 to +50 %, Qwen3 `gate/up` at M = 12, 16, k = 4 +53 %), and the
 ///   matrix at most 2^25 weights (Llama-3-8B gate/up, 2^25.8, at k = 2:
-///   +17 to +31 % even in one wave). At M ≤ 8 a dense grid may hold up to
+///   +17 to +31 % even in one wave). A dense call at M = 5..8 takes the
+///   variant where the measured table of [`crate::mid_m`] says it is the
+///   faster (H200: the one-wave rule below ran it on long K where the
+///   pipelined kernel is up to 1.6 times faster, Llama-3-70B's k / v
+///   projection among them). At M ≤ 4 a dense grid may hold up to
 ///   5/4 of the resident blocks at k = 5, and at k = 4 on K = 2048..2560,
 ///   where that was measured faster (H200, M = 2..8, against the pipelined
 ///   kernel; 280 or 320 blocks of 32 columns on 264 slots): k = 5 on K =
@@ -310,7 +316,9 @@ fn room_for_next(resident: u32, blocks: u32, sms: u32) -> bool {
 ///   K = 2048 / 2560 −8 / −6 %; not taken: k = 4 on K = 1024, 1536, 3072
 ///   (+0 to +17 %, +3 to +4.5 %), k = 2, 3 (448 blocks on 396 slots: up to
 ///   +28 % at M = 8), and 512 blocks on 264 or 396 slots (+2 to +28 %);
-/// - M ≤ 8: every Qwen3 dense shape. `q`, `gate/up` and GLM shared −8 to
+/// - M ≤ 8 (dense calls at M ≤ 4, grouped launches at M ≤ 8; the H100
+///   runs of the variant, before the table): every Qwen3 dense shape. `q`,
+///   `gate/up` and GLM shared −8 to
 ///   −21 %; `kv` (32 blocks) −20 to −26 %, where the pipelined kernel
 ///   splits K 8 ways; `o` −1 to −7 %; `down` −5 to −7 % at k = 3, 5,
 ///   between −1 and +4 % at k = 2, 4;
@@ -335,6 +343,12 @@ fn kslots_first(p: &Plan, bits: u32, sms: u32, units: u32) -> bool {
     let resident = sms * p.tile.blocks_per_sm;
     if weights > 1 << 25 {
         return false;
+    }
+    if units == 1
+        && (mid_m::M_MIN..=mid_m::M_MAX).contains(&(p.m as usize))
+        && let Ok(shape) = Shape::new(p.n as usize, p.k as usize)
+    {
+        return mid_m::prefers_kslots(p.m as usize, shape, bits);
     }
     let past_wave = bits == 5 || (bits == 4 && (32..=40).contains(&p.k_tiles));
     if p.m <= 8 && units == 1 && past_wave && 4 * grid as u64 <= 5 * resident as u64 {

@@ -209,11 +209,17 @@ pub fn log_ratio(m: usize, shape: Shape, bits: u32) -> Option<f32> {
     if let Some((_, _, r)) = MEASURED.iter().find(|&&(k, n, _)| (k, n) == (shape.k, shape.n)) {
         return Some(f32::from(r[m - 2][(bits - 2) as usize]));
     }
-    let t = &RATIO[m - 2][(bits - 2) as usize];
+    Some(interpolate(&RATIO[m - 2][(bits - 2) as usize], shape))
+}
+
+/// The value of table `t` (one entry per point of this module's K × N
+/// grid) at `shape`: bilinear in (log2 K, log2 N) between grid points,
+/// the nearest edge beyond them.
+pub(crate) fn interpolate(t: &[[i8; 12]; 7], shape: Shape) -> f32 {
     let (ki, kf) = locate(&LOG_K, (shape.k.max(1) as f32).log2());
     let (ni, nf) = locate(&LOG_N, (shape.n.max(1) as f32).log2());
     let row = |i: usize| f32::from(t[i][ni]) * (1.0 - nf) + f32::from(t[i][ni + 1]) * nf;
-    Some(row(ki) * (1.0 - kf) + row(ki + 1) * kf)
+    row(ki) * (1.0 - kf) + row(ki + 1) * kf
 }
 
 /// Whether `linear` runs the MMA kernel rather than the scalar GEMV for
