@@ -1,7 +1,7 @@
 //! Times the tensor-core GEMM's automatic plan against forced ones: the
 //! K-slot variant, the pipelined kernel, and (unless `--lite`) split
-//! counts, stage lengths and stream-K. Cold L2 (rotating weight copies),
-//! CUDA-graph replay, as `kbit-bench --quick`. Prints, per (shape, k, M),
+//! counts, stage lengths and stream-K. Data, cold L2 (rotating weight
+//! copies) and CUDA-graph replay as `kbit-bench --quick`. Prints, per (shape, k, M),
 //! the fastest distinct plans with their time against the automatic one.
 //!
 //! ```text
@@ -20,6 +20,10 @@
 #[allow(dead_code)]
 #[path = "../src/bin/kbit-bench/timing.rs"]
 mod timing;
+
+// The benchmark's values: weights of σ = 0.02, activations of σ = 1.
+#[path = "../src/bin/kbit-bench/values.rs"]
+mod values;
 
 use half::f16;
 use kbit::{Codebook, Context, Dtype, KbitWeight, MmaOptions, Plan, ScaleMode, Shape, Splits};
@@ -133,17 +137,10 @@ fn main() -> kbit::Result<()> {
     };
     let stream = ctx.stream().clone();
     let timer = timing::Timer::new(&stream, timing::Settings::QUICK)?;
-    let mut s = 0x9e37_79b9_7f4a_7c15u64;
-    let mut rnd = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 11) as f32 / (1u64 << 53) as f32 - 0.5
-    };
     for &(k, n, e) in &args.shapes {
         let shape = Shape::new(n, k)?;
-        let w: Vec<f16> = (0..shape.numel()).map(|_| f16::from_f32(rnd() * 0.04)).collect();
-        let dw = stream.clone_htod(&w)?;
+        let seed = (k as u64) << 32 | n as u64;
+        let dw = stream.clone_htod(&values::random::<f16>(shape.numel(), seed, 0.02))?;
         for &bits in &args.bits {
             let flat = ctx.quantize(&dw, shape, &Codebook::nf(bits)?)?;
             let first = ctx.repack(&flat, ScaleMode::Strict)?;
@@ -177,8 +174,7 @@ fn main() -> kbit::Result<()> {
                     continue;
                 }
                 let rows = m * e;
-                let x: Vec<f16> = (0..rows * k).map(|_| f16::from_f32(rnd())).collect();
-                let dx = stream.clone_htod(&x)?;
+                let dx = stream.clone_htod(&values::random::<f16>(rows * k, seed ^ 1, 1.0))?;
                 let mut dy = stream.alloc_zeros::<f16>(rows * n)?;
                 let offsets: Vec<u32> = (0..=e as u32).map(|i| i * m as u32).collect();
                 let doff = stream.clone_htod(&offsets)?;

@@ -9,6 +9,7 @@ mod data;
 mod gemm;
 mod report;
 mod timing;
+mod values;
 
 use cli::{BenchShape, Options};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
@@ -425,8 +426,8 @@ impl Bench<'_> {
             let t0 = Instant::now();
             let e = shape.experts;
             let numel = shape.n * shape.k;
-            let src = s.clone_htod(&data::random::<T>(e * numel, seed_of(&shape.name), WEIGHT_SIGMA))?;
-            let x = s.clone_htod(&data::random::<T>(max_m * e * shape.k, seed_of(&shape.name) ^ 1, 1.0))?;
+            let src = s.clone_htod(&values::random::<T>(e * numel, seed_of(&shape.name), WEIGHT_SIGMA))?;
+            let x = s.clone_htod(&values::random::<T>(max_m * e * shape.k, seed_of(&shape.name) ^ 1, 1.0))?;
             let y = s.alloc_zeros::<T>(max_m * e * shape.n)?;
             let ncopies = data::copies_for(dense_bytes(shape), ctx.info().l2_bytes);
             let mut dense = data::dense_copies(s, &src, ncopies)?;
@@ -535,8 +536,8 @@ impl Bench<'_> {
         for shape in &shapes {
             let t0 = Instant::now();
             let numel = shape.n * shape.k;
-            let src = s.clone_htod(&data::random::<T>(numel, seed_of(&shape.name), WEIGHT_SIGMA))?;
-            let x = s.clone_htod(&data::random::<T>(dm * shape.k, seed_of(&shape.name) ^ 1, 1.0))?;
+            let src = s.clone_htod(&values::random::<T>(numel, seed_of(&shape.name), WEIGHT_SIGMA))?;
+            let x = s.clone_htod(&values::random::<T>(dm * shape.k, seed_of(&shape.name) ^ 1, 1.0))?;
             let mut y = s.alloc_zeros::<T>(dm * shape.n)?;
             let ncopies = data::copies_for(dense_bytes(shape), ctx.info().l2_bytes);
             let extra = data::dense_copies(s, &src, ncopies)?;
