@@ -9,9 +9,9 @@
 //! 2^25 weights it runs the K-slot variant instead
 //! (`kernels-gpu/src/mma_kslots.rs`: a block owns 8, 16 or 32 columns and
 //! all of K, split over its 8 warps) where it is measured faster: dense
-//! calls at M = 5..8 by the table of [`crate::mid_m`], and otherwise by the
-//! rules of `kslots_first` (at M ≤ 8 on grids resident in one wave, or
-//! 5/4 of one at k ≥ 4, and at M = 9..16 on some);
+//! calls at M = 5..8 by the table of [`crate::mid_m`] where it decides, and
+//! otherwise by the rules of `kslots_first` (at M ≤ 8 on grids resident in
+//! one wave, or 5/4 of one at k ≥ 4, and at M = 9..16 on some);
 //! [`MmaOptions::k_slots`] forces either form. The split-K
 //! workspace and counters belong to the [`Context`] (allocated at
 //! creation); the kernel leaves the counters at zero, so calls need no memset, no allocation and no host
@@ -304,11 +304,12 @@ fn room_for_next(resident: u32, blocks: u32, sms: u32) -> bool {
 /// - the whole grid must be resident at once (a second wave: Llama-3 gate/up
 ///   +15 to +50 %, Qwen3 `gate/up` at M = 12, 16, k = 4 +53 %), and the
 ///   matrix at most 2^25 weights (Llama-3-8B gate/up, 2^25.8, at k = 2:
-///   +17 to +31 % even in one wave). A dense call at M = 5..8 takes the
-///   variant where the measured table of [`crate::mid_m`] says it is the
-///   faster (H200: the one-wave rule below ran it on long K where the
-///   pipelined kernel is up to 1.6 times faster, Llama-3-70B's k / v
-///   projection among them). At M ≤ 4 a dense grid may hold up to
+///   +17 to +31 % even in one wave). A dense call at M = 5..8 follows the
+///   measured table of [`crate::mid_m`] where it decides (one form faster
+///   by more than its margin; H200: the one-wave rule below ran the variant
+///   on long K where the pipelined kernel is up to 1.6 times faster,
+///   Llama-3-70B's k / v projection among them), the rules below
+///   elsewhere. At M ≤ 4 a dense grid may hold up to
 ///   5/4 of the resident blocks at k = 5, and at k = 4 on K = 2048..2560,
 ///   where that was measured faster (H200, M = 2..8, against the pipelined
 ///   kernel; 280 or 320 blocks of 32 columns on 264 slots): k = 5 on K =
@@ -345,10 +346,10 @@ fn kslots_first(p: &Plan, bits: u32, sms: u32, units: u32) -> bool {
         return false;
     }
     if units == 1
-        && (mid_m::M_MIN..=mid_m::M_MAX).contains(&(p.m as usize))
         && let Ok(shape) = Shape::new(p.n as usize, p.k as usize)
+        && let Some(kslots) = mid_m::verdict(p.m as usize, shape, bits)
     {
-        return mid_m::prefers_kslots(p.m as usize, shape, bits);
+        return kslots;
     }
     let past_wave = bits == 5 || (bits == 4 && (32..=40).contains(&p.k_tiles));
     if p.m <= 8 && units == 1 && past_wave && 4 * grid as u64 <= 5 * resident as u64 {
