@@ -309,9 +309,9 @@ fn room_for_next(resident: u32, blocks: u32, sms: u32) -> bool {
 ///   by more than its margin; H200: the one-wave rule below ran the variant
 ///   on long K where the pipelined kernel is up to 1.6 times faster,
 ///   Llama-3-70B's k / v projection among them), the rules below
-///   elsewhere. At M ≤ 4 a dense grid may hold up to
-///   5/4 of the resident blocks at k = 5, and at k = 4 on K = 2048..2560,
-///   where that was measured faster (H200, M = 2..8, against the pipelined
+///   elsewhere. Where the table does not decide, a dense grid at M ≤ 8 may
+///   hold up to 5/4 of the resident blocks at k = 5, and at k = 4 on K =
+///   2048..2560, where that was measured faster (H200, M = 2..8, against the pipelined
 ///   kernel; 280 or 320 blocks of 32 columns on 264 slots): k = 5 on K =
 ///   1024 / 1536 / 2048 / 2560 / 3072 −11 / −6 / −13 / −8 / +1 %, k = 4 on
 ///   K = 2048 / 2560 −8 / −6 %; not taken: k = 4 on K = 1024, 1536, 3072

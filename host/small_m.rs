@@ -16,7 +16,7 @@
 //! N = 10240 whose MMA plan became the K-slot one when that plan was
 //! allowed 5/4 of a wave (k = 5 on K ≤ 3072, k = 4 on K = 2048) were
 //! measured again after that change, in one run with both kernels
-//! (`bench-results/NOTES.md`, its Versions row). Another shape
+//! (`…-2026-11-28-41d866c-small-m-points.md`). Another shape
 //! between grid points takes the bilinear interpolation in (log2 K,
 //! log2 N); outside the grid, the nearest edge. On twelve shapes off the
 //! grid measured in the same machine session (`…-a9ede6d-offgrid.json`),
