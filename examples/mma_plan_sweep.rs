@@ -1,17 +1,18 @@
 //! Times the tensor-core GEMM's automatic plan against forced ones: the
 //! K-slot variant, the pipelined kernel, and (unless `--lite`) split
-//! counts, stage lengths and stream-K. Data, cold L2 (rotating weight
-//! copies) and CUDA-graph replay as `kbit-bench --quick`. Prints, per (shape, k, M),
-//! the fastest distinct plans with their time against the automatic one.
+//! counts, stage lengths and stream-K. Values, cold L2 (rotating weight
+//! copies) and CUDA-graph replay as `kbit-bench --quick`. Prints, per
+//! (shape, k, M), the fastest distinct plans with their time against the
+//! automatic one.
 //!
 //! ```text
 //! cargo run --release --example mma_plan_sweep -- SHAPES BITS MS [--lite | --pair] [--past-wave]
 //!   SHAPES       KxN or KxNxE (E experts, grouped launch), comma-separated
 //!   BITS, MS     comma-separated lists (k = 2..5, M = 1..64)
 //!   --lite       only auto, K-slot and pipelined plans
-//!   --pair       only the K-slot and pipelined plans, one line per case:
-//!                `pair K N k M t_kslots t_pipe` (µs; `-` where a plan
-//!                cannot run)
+//!   --pair       only the K-slot and pipelined plans (dense shapes), one
+//!                line per case: `pair K N k M t_kslots t_pipe` (µs; `-`
+//!                where a plan cannot run)
 //!   --past-wave  only cases whose automatic plan is a K-slot grid larger
 //!                than the blocks resident at once
 //! ```
@@ -48,7 +49,7 @@ fn parse() -> Result<Args, String> {
     let nums = |s: &str| -> Result<Vec<usize>, String> {
         s.split(',').map(|v| v.parse().map_err(|e| format!("{v:?}: {e}"))).collect()
     };
-    let shapes = pos[0]
+    let shapes: Vec<(usize, usize, usize)> = pos[0]
         .split(',')
         .map(|s| {
             let v: Vec<usize> =
@@ -60,6 +61,9 @@ fn parse() -> Result<Args, String> {
             }
         })
         .collect::<Result<_, String>>()?;
+    if flags.contains(&"--pair") && shapes.iter().any(|&(_, _, e)| e > 1) {
+        return Err("--pair times dense shapes (KxN) only".into());
+    }
     let bits = nums(pos[1])?.into_iter().map(|b| b as u32).collect();
     Ok(Args {
         shapes,
