@@ -23,8 +23,8 @@
 //! At k = 4 the table decides only beyond [`MARGIN_K4`]: there the K-slot
 //! variant's time moves by as much from one process to another, most
 //! likely with where the weights lie in memory (4096×4096, M = 8: 10.30 µs
-//! in the grid run and 8.59 µs in a second process of the same program in
-//! the same machine session, the pipelined kernel 9.28 / 9.20; Qwen3
+//! in the grid run and 8.59 µs in a second process of the same program
+//! right after it on the same GPU, the pipelined kernel 9.28 / 9.20; Qwen3
 //! gate/up, 2048×5120: 7.07 in the sweep and 6.05 in `kbit-bench`), while
 //! at k = 2, 3, 5 the two programs agree within about 1 % on the shapes
 //! compared (GLM shared, 8192×1024); within the margin the planner's
