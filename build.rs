@@ -98,6 +98,10 @@ fn launch_bounds(entry: &str) -> Option<&'static str> {
         || entry.starts_with("kbit_gemv_m1_k4_")
     {
         Some(".maxnreg 64\n")
+    } else if entry.starts_with("kbit_mma_direct_k5_") {
+        Some(".maxntid 512, 1, 1\n.maxnreg 80\n")
+    } else if entry.starts_with("kbit_mma_direct_") {
+        Some(".maxntid 512, 1, 1\n.minnctapersm 2\n")
     } else if dense && (entry.contains("_m1_n128_") || entry.contains("_m2_n128_")) {
         Some(".maxntid 256, 1, 1\n.minnctapersm 2\n")
     } else if entry.starts_with(SM90A_PREFIX) {

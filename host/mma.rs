@@ -27,7 +27,8 @@ use crate::device::dptr;
 use crate::launch;
 use crate::mid_m;
 use crate::module::{
-    MMA_GROUPED_TILE_N, MMA_M_BLOCKS, MMA_STREAM, MMA_TILE_N, mma_grouped_slot, mma_kslots_slot, mma_slot, names,
+    MMA_GROUPED_TILE_N, MMA_M_BLOCKS, MMA_STREAM, MMA_TILE_N, mma_direct_slot, mma_grouped_slot, mma_kslots_slot,
+    mma_slot, names,
 };
 use crate::splitk::{self, Limits, Plan, Splits, TileConfig};
 use crate::weight::check_len;
@@ -35,6 +36,7 @@ use crate::{Context, DeviceInfo, Dtype, Element, Error, KbitWeight, Result, Shap
 use cudarc::driver::sys::CUfunction_attribute as FnAttr;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use kbit_format::mma as geo;
+use kbit_format::mma_direct as direct;
 use kbit_format::mma_kslots as kslots;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -67,6 +69,10 @@ pub struct MmaOptions {
     /// stages only); `Some(false)`: the pipelined kernel; `None`: the
     /// planner's choice ([`Context::mma_plan`]).
     pub k_slots: Option<bool>,
+    /// `Some(true)`: the direct-load variant (M ≤ 4, automatic splits and
+    /// stages only); `Some(false)`: never it; `None`: the planner's choice.
+    /// A forced `k_slots` rules it out.
+    pub direct: Option<bool>,
 }
 
 /// How one kernel instance runs on this device.
@@ -448,11 +454,82 @@ impl Context {
             items: n_tiles,
             stream: false,
             k_slots: true,
+            direct: false,
             grid: n_tiles,
             stages: depth,
             stage_tiles: 1,
             workspace_f32: 0,
             smem_bytes: smem,
+        })
+    }
+
+    /// The plan of the direct-load variant for `m` rows (≤ 4) of `dtype`
+    /// activations on a `bits`-bit weight of `shape` on `sms` SMs: a
+    /// persistent grid of the blocks resident at once (registers and the
+    /// shared memory of table, staged activations and reduction buffers),
+    /// at most one per 16-column group.
+    fn direct_plan(&self, dtype: Dtype, m: usize, shape: Shape, bits: u32, sms: u32, opts: MmaOptions) -> Result<Plan> {
+        if m > direct::MAX_M as usize {
+            return Err(Error::Rows { m, max: direct::MAX_M as usize });
+        }
+        if opts.splits != Splits::Auto || opts.stage_tiles.is_some() || opts.k_slots == Some(true) {
+            let reason = "the direct-load variant splits K over the warps of a block only".into();
+            return Err(Error::SplitK { what: "direct", value: 1, reason });
+        }
+        let rows = direct::rows(m as u32);
+        let idx = mma_direct_slot(bits, rows, dtype).expect("direct-load instance exists");
+        let info = self.info();
+        let smem = direct::smem_bytes(bits, rows, shape.k as u32);
+        let per_block = smem as usize + SMEM_RESERVED_PER_BLOCK;
+        let resident = self.kernels.mma_direct[idx].1.min((info.max_smem_per_sm / per_block) as u32);
+        if smem as usize > info.max_smem_per_block || resident == 0 {
+            return Err(Error::SharedMemory {
+                kernel: names::mma_direct(bits, rows, dtype),
+                available: info.max_smem_per_block,
+            });
+        }
+        let n_tiles = direct::groups(shape.n as u32);
+        let k_tiles = shape.k.div_ceil(64) as u32;
+        let tile = TileConfig { m_blocks: 1, tile_n: direct::GROUP_COLS, tile_slots: 1, blocks_per_sm: resident };
+        Ok(Plan {
+            m: m as u32,
+            n: shape.n as u32,
+            k: shape.k as u32,
+            tile,
+            n_tiles,
+            k_tiles,
+            splits: 1,
+            tiles_per_split: k_tiles,
+            items: n_tiles,
+            stream: false,
+            k_slots: false,
+            direct: true,
+            grid: n_tiles.min(sms.max(1) * resident),
+            stages: 1,
+            stage_tiles: 2,
+            workspace_f32: 0,
+            smem_bytes: smem,
+        })
+    }
+
+    /// The direct-load plan a call runs, if any: forced by `opts.direct`
+    /// (errors if it cannot run), or under automatic splits and stages at
+    /// M ≤ 4 wherever its shared memory fits.
+    fn direct_choice(
+        &self,
+        dtype: Dtype,
+        m: usize,
+        shape: Shape,
+        bits: u32,
+        sms: u32,
+        opts: MmaOptions,
+    ) -> Result<Option<Plan>> {
+        let plan = || self.direct_plan(dtype, m, shape, bits, sms, opts);
+        let auto = opts.k_slots.is_none() && opts.splits == Splits::Auto && opts.stage_tiles.is_none();
+        Ok(match opts.direct {
+            Some(true) => Some(plan()?),
+            None if auto && m <= direct::MAX_M as usize => plan().ok(),
+            _ => None,
         })
     }
 
@@ -570,6 +647,16 @@ impl Context {
     ) -> Result<Plan> {
         let (xp, weight) = self.gemm_operands(x, m, w, y.len())?;
         let (yp, _guard) = y.device_ptr_mut(self.stream());
+        if plan.direct {
+            let [pp, sp, cp] = weight;
+            let (m, n, k) = (plan.m, plan.n, plan.k);
+            let mut args = launch::args![xp, pp, sp, cp, yp, m, n, k];
+            let rows = direct::rows(m);
+            let idx = mma_direct_slot(w.bits(), rows, T::DTYPE).expect("planned instance exists");
+            let f = &self.kernels.mma_direct[idx].0;
+            unsafe { self.launch_units(f, &plan, 1, direct::THREADS, &mut args) }?;
+            return Ok(plan);
+        }
         if plan.k_slots {
             let [pp, sp, cp] = weight;
             let (m, n, k, depth) = (plan.m, plan.n, plan.k, plan.stages);
@@ -638,6 +725,9 @@ impl Context {
         let sms = opts.sm_count_override.unwrap_or(self.info().sm_count);
         let shape = w.shape();
         let bits = w.bits();
+        if let Some(p) = self.direct_choice(dtype, m, shape, bits, sms, opts)? {
+            return Ok(p);
+        }
         if let Some(p) = self.kslots_choice(KslotsCall { dtype, m, shape, bits, sms, grouped: None }, opts)? {
             return Ok(p);
         }

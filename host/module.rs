@@ -145,6 +145,18 @@ pub(crate) fn mma_kslots_slot(bits: u32, nf: u32, dtype: Dtype, grouped: bool) -
     Some(usize::from(grouped) * per_kind + (b * MMA_KSLOTS_NF.len() + f) * MMA_DTYPES.len() + d)
 }
 
+/// Staged activation rows of the direct-load mma instances, in table order.
+pub(crate) const MMA_DIRECT_ROWS: [u32; 2] = [1, 4];
+
+/// Position of a direct-load mma kernel in [`Kernels::mma_direct`]; `None`
+/// for f32 or a row count outside [`MMA_DIRECT_ROWS`].
+pub(crate) fn mma_direct_slot(bits: u32, rows: u32, dtype: Dtype) -> Option<usize> {
+    let d = MMA_DTYPES.iter().position(|&x| x == dtype)?;
+    let b = BITS.iter().position(|&x| x == bits)?;
+    let r = MMA_DIRECT_ROWS.iter().position(|&x| x == rows)?;
+    Some((b * MMA_DIRECT_ROWS.len() + r) * MMA_DTYPES.len() + d)
+}
+
 /// Layout of a weight a dequantize kernel reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LayoutKind {
@@ -276,6 +288,35 @@ pub mod names {
                     for d in super::MMA_DTYPES {
                         v.push(mma_kslots(bits, kbit_format::mma_kslots::block_cols(nf), d, grouped));
                     }
+                }
+            }
+        }
+        v
+    }
+    /// `kbit_mma_direct_k{bits}_r{rows}_{dtype}` (tensor-core GEMM,
+    /// direct-load variant, `rows` = 1 or 4 staged activation rows).
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// assert_eq!(names::mma_direct(4, 1, Dtype::F16), "kbit_mma_direct_k4_r1_f16");
+    /// ```
+    pub fn mma_direct(bits: u32, rows: u32, dtype: Dtype) -> String {
+        format!("kbit_mma_direct_k{bits}_r{rows}_{}", dtype.name())
+    }
+    /// Every direct-load mma entry point, in the kernel table's order.
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// let all = names::all_mma_direct();
+    /// assert_eq!((all.len(), all[0].as_str()), (16, "kbit_mma_direct_k2_r1_f16"));
+    /// assert_eq!(all[3], names::mma_direct(2, 4, Dtype::Bf16));
+    /// ```
+    pub fn all_mma_direct() -> Vec<String> {
+        let mut v = Vec::new();
+        for bits in super::BITS {
+            for r in super::MMA_DIRECT_ROWS {
+                for d in super::MMA_DTYPES {
+                    v.push(mma_direct(bits, r, d));
                 }
             }
         }
@@ -440,7 +481,7 @@ pub mod names {
     /// ```
     /// use kbit::module::names;
     /// let all = names::all();
-    /// assert_eq!((all.len(), all[0].as_str()), (386, "kbit_repack_k2"));
+    /// assert_eq!((all.len(), all[0].as_str()), (402, "kbit_repack_k2"));
     /// assert_eq!(all.iter().collect::<std::collections::HashSet<_>>().len(), all.len());
     /// assert!(!all.iter().any(|n| n.starts_with("kbit_wgmma_"))); // those are in the sm_90a module
     /// ```
@@ -464,6 +505,7 @@ pub mod names {
         v.push(selftest_mma(Dtype::Bf16));
         v.extend(all_mma());
         v.extend(all_mma_kslots());
+        v.extend(all_mma_direct());
         v.extend(all_gemv());
         v
     }
@@ -511,6 +553,10 @@ pub(crate) struct Kernels {
     /// [`mma_kslots_slot`], with the blocks of each that its registers let
     /// an SM hold.
     pub mma_kslots: Vec<(CudaFunction, u32)>,
+    /// Direct-load tensor-core GEMM instances, indexed by
+    /// [`mma_direct_slot`], with the blocks of each that its registers let
+    /// an SM hold.
+    pub mma_direct: Vec<(CudaFunction, u32)>,
     /// Scalar GEMV instances (dense and grouped).
     pub gemv: crate::gemv::GemvKernels,
     /// Warpgroup tensor-core GEMM instances (sm_90 only), in
@@ -594,6 +640,15 @@ impl Kernels {
                 mma_kslots.push((f, per_sm));
             }
         }
+        let mut mma_direct = Vec::new();
+        for name in names::all_mma_direct() {
+            let f = get(name)?;
+            // The activations staged in shared memory grow with K: any
+            // size up to the device's limit.
+            f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, max_smem)?;
+            let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(kbit_format::mma_direct::THREADS, 0, None)?;
+            mma_direct.push((f, per_sm));
+        }
         let gemv = crate::gemv::GemvKernels::load(ctx, &module)?;
         let mut wgmma = Vec::new();
         if has_wgmma(cc) {
@@ -624,6 +679,7 @@ impl Kernels {
             grouped_dequant,
             mma,
             mma_kslots,
+            mma_direct,
             gemv,
             wgmma,
         })

@@ -121,6 +121,12 @@ pub struct Plan {
     /// 8, 16 or 32 columns and all of K, split over their 8 warps, one block
     /// per n tile; no split-K, no pipeline stages, no workspace.
     pub k_slots: bool,
+    /// The direct-load variant (`kbit_mma_direct_*`, M ≤ 4): blocks of 16
+    /// warps walk groups of `tile.tile_n` = 16 columns (`n_tiles` of them,
+    /// `grid` blocks) and split every group's K over their warps; each
+    /// lane loads its weights straight into registers one 128-wide step
+    /// ahead (`stages` = 1, `stage_tiles` = 2). No split-K, no workspace.
+    pub direct: bool,
     /// Persistent grid: `min(items, SMs · blocks_per_sm)`.
     pub grid: u32,
     /// Pipeline stages (2..=[`geo::MAX_STAGES`]).
@@ -615,6 +621,7 @@ pub fn plan(
         items,
         stream: stream_grid.is_some(),
         k_slots: false,
+        direct: false,
         grid,
         stages,
         stage_tiles,

@@ -925,6 +925,8 @@ fn check_case<T: Element>(ctx: &Context, rng: &mut SmallRng, c: &Case) {
         stage_tiles: c.stage_tiles,
         tile_rows: None,
         k_slots: None,
+        // The pipelined kernel's plans: the direct-load variant has its own test.
+        direct: Some(false),
     };
     if let Err(e @ Error::SplitK { what: "stage_tiles", .. }) = ctx.mma_plan(T::DTYPE, c.m, &p.dev, opts) {
         // Only where this GPU's shared memory holds fewer than two such stages.
@@ -1115,6 +1117,74 @@ fn kslots_variant_matches_the_f64_references() {
     eprintln!("K-slot variant: {i} cases match");
 }
 
+/// One forced direct-load call of `m` rows on fresh data, checked against
+/// the references and repeated (identical bits); returns its plan.
+fn direct_case<T: Element>(
+    ctx: &Context,
+    rng: &mut SmallRng,
+    what: &str,
+    m: usize,
+    shape: Shape,
+    bits: u32,
+) -> kbit::Plan {
+    let opts = MmaOptions { direct: Some(true), ..MmaOptions::default() };
+    let p = prepare::<T>(ctx, rng, shape.k, shape.n, bits);
+    let x: Vec<T> = common::uniform(rng, m * shape.k);
+    let xd = ctx.stream().clone_htod(&x).unwrap();
+    let (y, plan) = run(ctx, &xd, m, &p.dev, opts);
+    assert_matches(what, &x, m, shape, &p, &y);
+    let (again, _) = run(ctx, &xd, m, &p.dev, opts);
+    common::assert_bits_eq(&again, &y, &format!("{what}: repeated call"));
+    plan
+}
+
+/// The direct-load variant (`MmaOptions::direct`), forced on every k, both
+/// dtypes and M = 1..4 (one and four staged rows), against the f64
+/// references: the design's shapes and awkward ones (N = 8, 72, 129, 4100:
+/// partial groups; K = 32, 96, 160, 2080: steps with blocks past K; more
+/// groups than blocks), poisoned outputs, and a repeated call bit-identical.
+#[test]
+fn direct_variant_matches_the_f64_references() {
+    let Some(ctx) = common::gpu("direct_variant_matches_the_f64_references") else { return };
+    let mut rng = common::rng("direct_variant_matches_the_f64_references");
+    let mut shapes: Vec<(usize, usize)> = common::SHAPES.iter().map(|&(_, k, n)| (k, n)).collect();
+    shapes.extend([(32, 4100), (96, 72), (160, 129), (8192, 8), (8192, 4100), (2080, 520), (4096, 14336)]);
+    let mut i = 0usize;
+    for &(k, n) in &shapes {
+        for bits in 2..=5u32 {
+            for bf in [false, true] {
+                let m = 1 + i % 4;
+                i += 1;
+                let shape = Shape::new(n, k).unwrap();
+                let what = format!("direct M {m} K {k} N {n} k={bits} bf16={bf}");
+                let plan = if bf {
+                    direct_case::<bf16>(&ctx, &mut rng, &what, m, shape, bits)
+                } else {
+                    direct_case::<f16>(&ctx, &mut rng, &what, m, shape, bits)
+                };
+                assert!(
+                    plan.direct && !plan.k_slots && plan.splits == 1 && plan.workspace_f32 == 0,
+                    "{what}: {plan:?}"
+                );
+                assert_eq!(plan.n_tiles as usize, n.div_ceil(16), "{what}: {plan:?}");
+                assert!(plan.grid >= 1 && plan.grid <= plan.n_tiles, "{what}: {plan:?}");
+            }
+        }
+    }
+    // Past four rows, and any split policy but the automatic one, are
+    // refused by name.
+    let p = prepare::<f16>(&ctx, &mut rng, 64, 64, 4);
+    let x = ctx.stream().clone_htod(&vec![f16::ZERO; 5 * 64]).unwrap();
+    let mut y = ctx.stream().alloc_zeros::<f16>(5 * 64).unwrap();
+    let opts = MmaOptions { direct: Some(true), ..MmaOptions::default() };
+    let e = ctx.mma_gemm_with(&x, 5, &p.dev, &mut y, opts).unwrap_err();
+    assert!(matches!(e, Error::Rows { m: 5, max: 4 }), "{e}");
+    let fixed = MmaOptions { splits: Splits::Fixed(2), ..opts };
+    let e = ctx.mma_gemm_with(&x, 4, &p.dev, &mut y, fixed).unwrap_err();
+    assert!(matches!(e, Error::SplitK { what: "direct", .. }), "{e}");
+    eprintln!("direct-load variant: {i} cases match");
+}
+
 /// The M ≤ 8 loop of the one-m-block, 128-column instances (k = 3, 4:
 /// activation rows 8-15 zeroed once at the start and read with
 /// `ldmatrix.x4`; k = 5: rows 0-7 with `ldmatrix.x2`) gives the rows of an
@@ -1172,6 +1242,7 @@ fn mma_gemm_is_deterministic_across_interleaved_plans() {
             stage_tiles: Some(4),
             tile_rows: None,
             k_slots: None,
+            direct: None,
         };
         for opts in [max, MmaOptions::default(), three_of_5] {
             let (y2, _) = run(&ctx, &xb, 9, &b.dev, opts);
@@ -1612,6 +1683,7 @@ fn wgmma_split_k_matches_the_f64_references_on_every_plan() {
                             stage_tiles: None,
                             tile_rows: rows,
                             k_slots: None,
+                            direct: None,
                         };
                         let mut y = ctx.stream().clone_htod(&vec![<$t>::NAN; m * n]).unwrap();
                         let plan = ctx.wgmma_gemm_with(&xd, m, &p.dev, &mut y, opts).unwrap();

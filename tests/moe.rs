@@ -254,8 +254,14 @@ fn grouped_mma_matches_dense_mma_per_expert() {
         let case = make_experts(&ctx, &mut rng, rows.len(), k, n, bits);
         let splits = [kbit::Splits::Fixed(1), kbit::Splits::Max, kbit::Splits::Auto][i % 3];
         let sms = [None, Some(128), Some(7)][i / 3 % 3];
-        let opts =
-            kbit::MmaOptions { splits, sm_count_override: sms, stage_tiles: None, tile_rows: None, k_slots: None };
+        let opts = kbit::MmaOptions {
+            splits,
+            sm_count_override: sms,
+            stage_tiles: None,
+            tile_rows: None,
+            k_slots: None,
+            direct: None,
+        };
         if i % 2 == 0 {
             grouped_case::<f16>(&ctx, &mut rng, &case, rows, max_m, opts);
         } else {

@@ -25,6 +25,7 @@ pub mod e4m4;
 pub mod gemv;
 pub mod gemv_slots;
 pub mod mma;
+pub mod mma_direct;
 pub mod mma_kslots;
 #[cfg(feature = "std")]
 pub mod nf;

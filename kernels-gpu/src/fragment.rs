@@ -156,6 +156,11 @@ pub struct TableShare<const K: usize> {
     v: [[f32; 2]; 8],
 }
 
+impl<const K: usize> TableShare<K> {
+    /// No values: the share of a thread that stores no part of the table.
+    pub const ZERO: Self = Self { v: [[0.0; 2]; 8] };
+}
+
 /// Loads the codebook values of this thread's table stores (store `r` is
 /// 16-byte vector `tid + r·THREADS` of the table, entry `vector / (C/4)`).
 /// In a split table (`splits_low_bit`: 256 entries, one per thread) the

@@ -1,0 +1,186 @@
+//! Geometry of the direct-load variant of the tensor-core GEMM (kernel 2
+//! for M ≤ 4 on large matrices), shared by the host (grid, shared memory)
+//! and the device.
+//!
+//! No pipeline in shared memory: every lane loads the plane words and
+//! scale bytes of its own two quant blocks straight into registers, one
+//! step ahead of the one it multiplies. A block has [`THREADS`] = 512
+//! threads (16 warps) and walks 16-column groups `bid, bid + grid, …`;
+//! warp `w` takes the 128-wide K steps `w, w + 16, …` of every group.
+//!
+//! # Lane map (one step: 16 columns × 4 quant blocks)
+//!
+//! Lane l (g = l / 4, t = l % 4) owns quant block `4s + t` (K tile
+//! `2s + t / 2`, half `t % 2`) of columns `16G + g` (mma row g) and
+//! `16G + g + 8` (row g + 8): all 32 weights of each, one contiguous run
+//! of k words in the runtime layout. The sum over K does not care which
+//! K position sits in which k slot of an mma as long as A and B agree, so
+//! each mma's 16 k slots are 4 positions of each lane's block: mma i
+//! (0..8) takes positions `4i .. 4i + 4` of the block of lane t in its k
+//! slots `2t, 2t + 1` (positions 4i, 4i + 1) and `2t + 8, 2t + 9`
+//! (4i + 2, 4i + 3). Those are the pairs `8q + two_t` of
+//! `mma::pair_words` with q = i / 2, two_t = 4·(i % 2) (a0, a1) and
+//! 4·(i % 2) + 2 (a2, a3), so the pair table and lookups of the other
+//! tensor-core kernels serve unchanged. B holds the activation rows as its
+//! 8 columns (lane group g' reads row `g' % R`); of D only columns < M
+//! are kept.
+//!
+//! # Shared memory
+//!
+//! ```text
+//! [ table | x | red 0 | red 1 ]
+//! table: the pair table of [`table_mb`] (`mma::table_bytes(k, table_mb(k))`)
+//! x:     R activation rows (R = 1 at M = 1, else 4) in step order: for
+//!        step s, 8-element chunk i2 of a block (0..4), lane quarter t,
+//!        row r: 16 bytes at ((4s + i2)·4 + t)·R + r, holding elements
+//!        128s + 32t + 8·i2 .. + 8 (zero past K and for rows ≥ M), so
+//!        that one 16-byte load gives a lane the B registers of mmas
+//!        2·i2 and 2·i2 + 1
+//! red:   two buffers of [warp][lane] × 4 f32 (a group's accumulators;
+//!        groups alternate buffers, so one barrier per group suffices)
+//! ```
+
+use crate::mma;
+
+/// Threads per block (16 warps).
+pub const THREADS: u32 = 512;
+/// Warps per block: the K slots of a group.
+pub const WARPS: u32 = THREADS / 32;
+/// Output columns of a group (the 16 rows of the swapped mma's A).
+pub const GROUP_COLS: u32 = 16;
+/// K elements of a step: one quant block per lane quarter.
+pub const STEP_K: u32 = 128;
+/// Largest M.
+pub const MAX_M: u32 = 4;
+
+/// Activation rows staged for `m` rows: 1 or 4.
+///
+/// ```
+/// use kbit_format::mma_direct::rows;
+/// assert_eq!((rows(1), rows(2), rows(4)), (1, 4, 4));
+/// ```
+#[inline(always)]
+pub const fn rows(m: u32) -> u32 {
+    if m <= 1 { 1 } else { 4 }
+}
+
+/// Steps of a K: `ceil(K / 128)`.
+#[inline(always)]
+pub const fn steps(k: u32) -> u32 {
+    k.div_ceil(STEP_K)
+}
+
+/// Groups of an N: `ceil(N / 16)`.
+#[inline(always)]
+pub const fn groups(n: u32) -> u32 {
+    n.div_ceil(GROUP_COLS)
+}
+
+/// Bytes of the staged activations: `r` rows of `steps(k)` steps.
+#[inline(always)]
+pub const fn x_bytes(r: u32, k: u32) -> u32 {
+    r * steps(k) * STEP_K * 2
+}
+
+/// The pair-table layout (the `mb` of `mma::table_bytes` and friends):
+/// at k = 5 the split table of one m block (`mma::splits_low_bit`: 16
+/// copies of 8 bytes, two wavefronts a lookup), else [`mma::PAIRS`] (32
+/// copies, one wavefront).
+#[inline(always)]
+pub const fn table_mb(bits: u32) -> u32 {
+    if bits == 5 { 1 } else { mma::PAIRS }
+}
+
+/// Offset of the staged activations.
+#[inline(always)]
+pub const fn x_base(bits: u32) -> u32 {
+    mma::table_bytes(bits, table_mb(bits))
+}
+
+/// Byte offset, within the staged activations, of the 16 bytes of row `r`
+/// of `rows_r` rows, step `s`, chunk `i2`, lane quarter `t`.
+///
+/// ```
+/// use kbit_format::mma_direct::x_offset;
+/// // Row 0, elements 32·t .. of step 0, chunk 0: the four quarters side by side.
+/// assert_eq!([0, 1, 2, 3].map(|t| x_offset(1, 0, 0, t, 0)), [0, 16, 32, 48]);
+/// assert_eq!(x_offset(4, 1, 2, 3, 1), (((4 + 2) * 4 + 3) * 4 + 1) * 16);
+/// ```
+#[inline(always)]
+pub const fn x_offset(rows_r: u32, s: u32, i2: u32, t: u32, r: u32) -> u32 {
+    (((4 * s + i2) * 4 + t) * rows_r + r) * 16
+}
+
+/// Where element `e` (0..K) of an activation row goes: (step, chunk,
+/// quarter, element in chunk).
+///
+/// ```
+/// use kbit_format::mma_direct::x_place;
+/// assert_eq!(x_place(0), (0, 0, 0, 0));
+/// assert_eq!(x_place(128 + 32 * 3 + 8 * 2 + 5), (1, 2, 3, 5));
+/// ```
+#[inline(always)]
+pub const fn x_place(e: u32) -> (u32, u32, u32, u32) {
+    let (s, in_step) = (e / STEP_K, e % STEP_K);
+    (s, (in_step % 32) / 8, in_step / 32, in_step % 8)
+}
+
+/// Bytes of one reduction buffer: 16 warps × 32 lanes × 4 f32.
+pub const RED_BYTES: u32 = WARPS * 32 * 16;
+
+/// Offset of reduction buffer `p` (0, 1).
+#[inline(always)]
+pub const fn red_base(bits: u32, r: u32, k: u32, p: u32) -> u32 {
+    x_base(bits) + x_bytes(r, k) + p * RED_BYTES
+}
+
+/// Dynamic shared memory of a launch.
+///
+/// ```
+/// use kbit_format::mma_direct::smem_bytes;
+/// // k = 4, one row, K = 8192: 32 KiB table + 16 KiB activations + 2 × 8 KiB.
+/// assert_eq!(smem_bytes(4, 1, 8192), 32768 + 16384 + 16384);
+/// ```
+#[inline(always)]
+pub const fn smem_bytes(bits: u32, r: u32, k: u32) -> u32 {
+    red_base(bits, r, k, 2)
+}
+
+/// (row of x, column within the group) of accumulator register `i` (0..4)
+/// of lane `lane`: D row g or g + 8 (the column), D column 2t or 2t + 1
+/// (the activation row).
+///
+/// ```
+/// use kbit_format::mma_direct::c_pos;
+/// assert_eq!(c_pos(0, 0), (0, 0));
+/// assert_eq!(c_pos(4 * 5 + 1, 3), (3, 13));
+/// ```
+#[inline(always)]
+pub const fn c_pos(lane: u32, i: u32) -> (u32, u32) {
+    (2 * (lane % 4) + (i & 1), lane / 4 + 8 * (i >> 1))
+}
+
+/// The lane and register that hold (x row `row`, group column `col`):
+/// the inverse of [`c_pos`].
+///
+/// ```
+/// use kbit_format::mma_direct::{c_pos, c_source};
+/// for lane in 0..32 {
+///     for i in 0..4 {
+///         let (row, col) = c_pos(lane, i);
+///         assert_eq!(c_source(row, col), (lane, i));
+///     }
+/// }
+/// ```
+#[inline(always)]
+pub const fn c_source(row: u32, col: u32) -> (u32, u32) {
+    (4 * (col % 8) + row / 2, 2 * (col / 8) + row % 2)
+}
+
+/// The pair-table rotation offsets (`two_t` of `mma::pair_words`) whose
+/// four pairs fill mma registers a0 (`[0]`) and a2 (`[1]`) of the mmas
+/// `2q + odd`, q = 0..4.
+#[inline(always)]
+pub const fn two_t(odd: u32) -> [u32; 2] {
+    [4 * odd, 4 * odd + 2]
+}
