@@ -238,8 +238,7 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem>(a: &Args) {
         let mut s = w;
         while s < k_steps {
             let cur = next;
-            // The next step's weights into registers, and the one after it
-            // into L2.
+            // The next step's weights into registers while this one computes.
             let (ng, ns) = after(group, s);
             next = unsafe { Blocks::<K>::load(a, ng < groups, col_of(ng), ns, t) };
             unsafe { step_mma::<K, R, T>(&cur, x_lane + s * step_bytes, tbl, lanes, &mut acc) };
