@@ -5,11 +5,13 @@
 //! a path that does not apply falls through to the next one:
 //!
 //! ```text
-//! 1. scalar GEMV        M ≤ 4 (M = 2..4 on larger matrices, and M = 2 at
-//!                       k = 4 on short-K ones: MMA)  kernel 1 (gemv.rs)
-//! 2. MMA dequant GEMM   M ≤ 32 (≤ 48 / 64 on matrices of 2^21 / 2^22
-//!                       weights and more; on sm_90 up to M = 512 / 768 /
-//!                       2048 from 2^22 / 2^23 / 2^24)  kernel 2 (mma.rs,
+//! 1. scalar GEMV        M ≤ 4 where `small_m`'s table says it beats the
+//!                       MMA kernel's direct-load variant (mostly M = 1,
+//!                       k = 5)  kernel 1 (gemv.rs)
+//! 2. MMA dequant GEMM   M ≤ 32 (its direct-load variant at M ≤ 4; ≤ 48
+//!                       / 64 on matrices of 2^21 / 2^22 weights and
+//!                       more; on sm_90 up to M = 512 / 768 / 2048 from
+//!                       2^22 / 2^23 / 2^24)  kernel 2 (mma.rs,
 //!                       split-K over the SMs; on sm_90 wgmma.rs beyond
 //!                       M = 64, at M = 49..64 on 8192 columns and more,
 //!                       at M = 33..48 from 2^27 weights)

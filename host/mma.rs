@@ -12,7 +12,12 @@
 //! calls at M = 5..8 by the table of [`crate::mid_m`] where it decides, and
 //! otherwise by the rules of `kslots_first` (at M ≤ 8 on grids resident in
 //! one wave, or 5/4 of one at k ≥ 4, and at M = 9..16 on some);
-//! [`MmaOptions::k_slots`] forces either form. The split-K
+//! [`MmaOptions::k_slots`] forces either form. At M ≤ 4 it runs the
+//! direct-load variant (`kernels-gpu/src/mma_direct.rs`: each lane loads
+//! two whole quant blocks into registers a step ahead; blocks of 16 warps
+//! walk 16-column groups and split K over their warps), wherever its
+//! shared memory (table, staged activations) fits;
+//! [`MmaOptions::direct`] forces it on or off. The split-K
 //! workspace and counters belong to the [`Context`] (allocated at
 //! creation); the kernel leaves the counters at zero, so calls need no memset, no allocation and no host
 //! synchronization, and can be captured in a CUDA graph.
