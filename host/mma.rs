@@ -379,6 +379,33 @@ fn kslots_first(p: &Plan, bits: u32, sms: u32, units: u32) -> bool {
     2 * grid <= sms || (nf == 4 && one_per_sm(grid as u64, sms)) || (bits % 2 == 1 && a_bytes <= 6 * w_bytes && room)
 }
 
+/// A plan whose blocks each own whole columns and all of K (the K-slot and
+/// direct-load variants): `n_tiles` column blocks or groups of `tile`'s
+/// width, one block each, no split-K, no workspace, one stage of one K
+/// tile; the caller names the variant and adjusts grid and stages.
+fn whole_k_plan(m: usize, shape: Shape, tile: TileConfig, n_tiles: u32, smem_bytes: u32) -> Plan {
+    let k_tiles = shape.k.div_ceil(64) as u32;
+    Plan {
+        m: m as u32,
+        n: shape.n as u32,
+        k: shape.k as u32,
+        tile,
+        n_tiles,
+        k_tiles,
+        splits: 1,
+        tiles_per_split: k_tiles,
+        items: n_tiles,
+        stream: false,
+        k_slots: false,
+        direct: false,
+        grid: n_tiles,
+        stages: 1,
+        stage_tiles: 1,
+        workspace_f32: 0,
+        smem_bytes,
+    }
+}
+
 impl Context {
     /// The plan of the K-slot variant: 32-column blocks where they give
     /// every SM two, or past 8 rows or in a grouped launch one to at least
@@ -445,27 +472,8 @@ impl Context {
         };
         let smem = kslots::smem_bytes(bits, nf, m as u32, depth);
         let blocks_per_sm = resident(depth);
-        let k_tiles = shape.k.div_ceil(64) as u32;
         let tile = TileConfig { m_blocks: 1, tile_n: cols, tile_slots: depth, blocks_per_sm };
-        Ok(Plan {
-            m: m as u32,
-            n: shape.n as u32,
-            k: shape.k as u32,
-            tile,
-            n_tiles,
-            k_tiles,
-            splits: 1,
-            tiles_per_split: k_tiles,
-            items: n_tiles,
-            stream: false,
-            k_slots: true,
-            direct: false,
-            grid: n_tiles,
-            stages: depth,
-            stage_tiles: 1,
-            workspace_f32: 0,
-            smem_bytes: smem,
-        })
+        Ok(Plan { k_slots: true, stages: depth, ..whole_k_plan(m, shape, tile, n_tiles, smem) })
     }
 
     /// The plan of the direct-load variant for `m` rows (≤ 4) of `dtype`
@@ -494,27 +502,9 @@ impl Context {
             });
         }
         let n_tiles = direct::groups(shape.n as u32);
-        let k_tiles = shape.k.div_ceil(64) as u32;
         let tile = TileConfig { m_blocks: 1, tile_n: direct::GROUP_COLS, tile_slots: 1, blocks_per_sm: resident };
-        Ok(Plan {
-            m: m as u32,
-            n: shape.n as u32,
-            k: shape.k as u32,
-            tile,
-            n_tiles,
-            k_tiles,
-            splits: 1,
-            tiles_per_split: k_tiles,
-            items: n_tiles,
-            stream: false,
-            k_slots: false,
-            direct: true,
-            grid: n_tiles.min(sms.max(1) * resident),
-            stages: 1,
-            stage_tiles: 2,
-            workspace_f32: 0,
-            smem_bytes: smem,
-        })
+        let grid = n_tiles.min(sms.max(1) * resident);
+        Ok(Plan { direct: true, grid, stage_tiles: 2, ..whole_k_plan(m, shape, tile, n_tiles, smem) })
     }
 
     /// The direct-load plan a call runs, if any: forced by `opts.direct`

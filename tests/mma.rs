@@ -1048,17 +1048,18 @@ fn mma_gemm_matches_the_f64_references() {
     eprintln!("mma_gemm: {} cases match", cs.len());
 }
 
-/// One forced K-slot call of `m` rows on fresh data, checked against the
-/// references and repeated (identical bits); returns its plan.
-fn kslots_case<T: Element>(
+/// One call of `m` rows under `opts` (a forced variant) on fresh data,
+/// checked against the references and repeated (identical bits); returns
+/// its plan.
+fn forced_case<T: Element>(
     ctx: &Context,
     rng: &mut SmallRng,
     what: &str,
     m: usize,
     shape: Shape,
     bits: u32,
+    opts: MmaOptions,
 ) -> kbit::Plan {
-    let opts = MmaOptions { k_slots: Some(true), ..MmaOptions::default() };
     let p = prepare::<T>(ctx, rng, shape.k, shape.n, bits);
     let x: Vec<T> = common::uniform(rng, m * shape.k);
     let xd = ctx.stream().clone_htod(&x).unwrap();
@@ -1091,10 +1092,11 @@ fn kslots_variant_matches_the_f64_references() {
                 i += 1;
                 let shape = Shape::new(n, k).unwrap();
                 let what = format!("K-slot M {m} K {k} N {n} k={bits} bf16={bf}");
+                let opts = MmaOptions { k_slots: Some(true), ..MmaOptions::default() };
                 let plan = if bf {
-                    kslots_case::<bf16>(&ctx, &mut rng, &what, m, shape, bits)
+                    forced_case::<bf16>(&ctx, &mut rng, &what, m, shape, bits, opts)
                 } else {
-                    kslots_case::<f16>(&ctx, &mut rng, &what, m, shape, bits)
+                    forced_case::<f16>(&ctx, &mut rng, &what, m, shape, bits, opts)
                 };
                 assert!(plan.k_slots && plan.splits == 1 && plan.workspace_f32 == 0, "{what}: {plan:?}");
                 assert_eq!(plan.grid as usize, n.div_ceil(plan.tile.tile_n as usize), "{what}: {plan:?}");
@@ -1117,27 +1119,6 @@ fn kslots_variant_matches_the_f64_references() {
     eprintln!("K-slot variant: {i} cases match");
 }
 
-/// One forced direct-load call of `m` rows on fresh data, checked against
-/// the references and repeated (identical bits); returns its plan.
-fn direct_case<T: Element>(
-    ctx: &Context,
-    rng: &mut SmallRng,
-    what: &str,
-    m: usize,
-    shape: Shape,
-    bits: u32,
-) -> kbit::Plan {
-    let opts = MmaOptions { direct: Some(true), ..MmaOptions::default() };
-    let p = prepare::<T>(ctx, rng, shape.k, shape.n, bits);
-    let x: Vec<T> = common::uniform(rng, m * shape.k);
-    let xd = ctx.stream().clone_htod(&x).unwrap();
-    let (y, plan) = run(ctx, &xd, m, &p.dev, opts);
-    assert_matches(what, &x, m, shape, &p, &y);
-    let (again, _) = run(ctx, &xd, m, &p.dev, opts);
-    common::assert_bits_eq(&again, &y, &format!("{what}: repeated call"));
-    plan
-}
-
 /// The direct-load variant (`MmaOptions::direct`), forced on every k, both
 /// dtypes and M = 1..4 (one and four staged rows), against the f64
 /// references: the design's shapes and awkward ones (N = 8, 72, 129, 4100:
@@ -1157,10 +1138,11 @@ fn direct_variant_matches_the_f64_references() {
                 i += 1;
                 let shape = Shape::new(n, k).unwrap();
                 let what = format!("direct M {m} K {k} N {n} k={bits} bf16={bf}");
+                let opts = MmaOptions { direct: Some(true), ..MmaOptions::default() };
                 let plan = if bf {
-                    direct_case::<bf16>(&ctx, &mut rng, &what, m, shape, bits)
+                    forced_case::<bf16>(&ctx, &mut rng, &what, m, shape, bits, opts)
                 } else {
-                    direct_case::<f16>(&ctx, &mut rng, &what, m, shape, bits)
+                    forced_case::<f16>(&ctx, &mut rng, &what, m, shape, bits, opts)
                 };
                 assert!(
                     plan.direct && !plan.k_slots && plan.splits == 1 && plan.workspace_f32 == 0,
