@@ -159,8 +159,9 @@ unsafe fn step_mma<const K: usize, const R: u32, T: MmaElem>(
 }
 
 /// Stages the activations in the step order of `kbit_format::mma_direct`
-/// (rows ≥ M and elements past K as zeros) with `cp.async`, so that every
-/// thread's copies are in flight at once; the caller waits for them.
+/// (rows ≥ M and elements past K as zeros): 16-byte loads and stores (the
+/// same copies by `cp.async` made every call ≈ 2.7 µs slower, measured).
+/// The caller's block barrier publishes them.
 ///
 /// # Safety
 /// `x` holds `m` rows of `k` values, 16-byte aligned; the block has
@@ -182,7 +183,6 @@ unsafe fn stage_x<const R: u32>(xbase: u32, x: *const u16, m: u32, k: u32, tid: 
             c += dg::THREADS;
         }
     }
-    ptx::cp_async_commit();
 }
 
 /// Body of the `kbit_mma_direct_k{K}_r{R}_{T}` kernels.
@@ -224,7 +224,6 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem>(a: &Args) {
     }
     ptx::after_producers();
     unsafe { stage_x::<R>(xbase, a.x, a.m, a.k, tid) };
-    ptx::cp_async_wait::<0>();
     ptx::bar_sync();
 
     let lanes = geo::lane_bytes(lane, K as u32, dg::table_mb(K as u32));
