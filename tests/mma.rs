@@ -253,6 +253,30 @@ fn index_math_case<const K: usize>(rng: &mut SmallRng, mb: u32) {
     }
 }
 
+/// The merged form of the index words (the direct-load variant's) equals
+/// the per-plane form for every lane, pair offset and random planes.
+fn merged_words_case<const K: usize>(rng: &mut SmallRng) {
+    let words: [u32; K] = std::array::from_fn(|_| rng.random());
+    let pre = geo::prerotate(&words);
+    for lane in 0..32u32 {
+        let lanes = geo::lane_bytes(lane, K as u32, geo::PAIRS);
+        for h in 0..4u32 {
+            let want = geo::entry_words(&words, &geo::rotations(2 * h), lanes, geo::PAIRS);
+            assert_eq!(geo::merged_pair_words(&pre, h, lanes), want, "k={K} lane={lane} h={h} {words:08x?}");
+        }
+    }
+}
+
+#[test]
+fn merged_index_words_match_the_per_plane_form() {
+    let mut rng = common::rng("merged_index_words_match_the_per_plane_form");
+    for _ in 0..2000 {
+        merged_words_case::<2>(&mut rng);
+        merged_words_case::<3>(&mut rng);
+        merged_words_case::<4>(&mut rng);
+    }
+}
+
 #[test]
 fn prmt_model_matches_the_ptx_definition() {
     // Plain byte picks, then sign replication (selector bit 3).

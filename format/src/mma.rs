@@ -579,6 +579,55 @@ pub fn pair_words<const K: usize>(planes: &[u32; K], rot: &[u32; 8], lanes: u32,
     (lo, hi)
 }
 
+/// The planes of one quant block rotated left by `2j − 1` (plane j), the
+/// part of [`merged_pair_words`] shared by its four pair offsets: element e
+/// of plane j then sits at bit `e + 2j − 1`, so that the two bits of plane
+/// j of pair `8q + 2h` sit at `8q + 2h + 2j − 1` and `+ 2j` for every j and
+/// the pair's whole interleaved index is one 8-bit run starting at
+/// `8q + 2h − 1`.
+///
+/// ```
+/// use kbit_format::mma::prerotate;
+/// assert_eq!(prerotate(&[0b10, 0b1]), [0b1, 0b10]);
+/// ```
+#[inline(always)]
+pub fn prerotate<const K: usize>(planes: &[u32; K]) -> [u32; K] {
+    core::array::from_fn(|j| planes[j].rotate_left((2 * j as u32).wrapping_sub(1) & 31))
+}
+
+/// [`pair_words`] of a 32-copy table (K ≤ 4 only) at `two_t = 2h`, built from
+/// [`prerotate`]d planes: the runs of the four pairs `8q + 2h` are merged
+/// from the planes by K − 1 bit selects (plane j owns bits `2h + 2j − 1`
+/// and `2h + 2j` of every byte), one rotation right by 2h moves run q to
+/// bit `8q − 1`, and two masks split it into `lo` (bit 7 of each byte, the
+/// pair's a0, beside the copy offset) and `hi` (the other `2k − 1` bits).
+/// Per block that is K rotations, then K + 2 operations per h, against
+/// about 2K + 1 per h for [`pair_words`] itself.
+///
+/// ```
+/// use kbit_format::mma::{lane_bytes, merged_pair_words, pair_words, prerotate, rotations, PAIRS};
+/// let planes = [0x1234_5678, 0x9abc_def0, 0x0f1e_2d3c, 0x4b5a_6978];
+/// let lanes = lane_bytes(5, 4, PAIRS);
+/// for h in 0..4 {
+///     let want = pair_words(&planes, &rotations(2 * h), lanes, 32);
+///     assert_eq!(merged_pair_words(&prerotate(&planes), h, lanes), want);
+/// }
+/// ```
+#[inline(always)]
+pub fn merged_pair_words<const K: usize>(pre: &[u32; K], h: u32, lanes: u32) -> (u32, u32) {
+    debug_assert!(K >= 2 && K <= 4);
+    let mut run = pre[K - 1];
+    let mut j = K - 1;
+    while j > 0 {
+        j -= 1;
+        let own = 0x0303_0303u32.rotate_left((2 * h + 2 * j as u32).wrapping_sub(1) & 31);
+        run = (pre[j] & own) | (run & !own);
+    }
+    let r = run.rotate_right(2 * h);
+    let index_bits = 0x0101_0101u32.wrapping_mul((1u32 << (2 * K - 1)) - 1);
+    ((r & 0x8080_8080) | lanes, r & index_bits)
+}
+
 /// `prmt` selector that builds the table address of byte q (0..4) from
 /// `(lo, hi)` of [`pair_words`]: byte 0 = byte `(q + 3) % 4` of `lo`, byte 1
 /// = byte q of `hi`, bytes 2 and 3 = the sign of byte q of `hi`, i.e. zero.

@@ -284,8 +284,22 @@ pub unsafe fn dequant<const K: usize, const MB: usize, T: MmaElem>(
     lanes: u32,
     scale: u32,
 ) -> [u32; 4] {
-    let s2 = T::scale_x2(scale);
-    let mut out = [0u32; 4];
+    unsafe { dequant_scaled::<K, MB, T>(planes, rot, tbl, lanes, T::scale_x2(scale)) }
+}
+
+/// [`dequant`] with the scale already decoded: `s2` = `T::scale_x2` of
+/// the block's E4M4 byte, in both halves.
+///
+/// # Safety
+/// As [`dequant`].
+#[inline(always)]
+pub unsafe fn dequant_scaled<const K: usize, const MB: usize, T: MmaElem>(
+    planes: &[u32; K],
+    rot: &[u32; 8],
+    tbl: u32,
+    lanes: u32,
+    s2: u32,
+) -> [u32; 4] {
     let (lo, hi) = entry_words(planes, rot, lanes, MB as u32);
     if splits_low_bit(K as u32, MB as u32) {
         // rot[2] = two_t. Selectors of q = 2, 3 sit in the high halves.
@@ -296,9 +310,20 @@ pub unsafe fn dequant<const K: usize, const MB: usize, T: MmaElem>(
         };
         return [pick(0, s02), pick(1, s13), pick(2, s02 >> 16), pick(3, s13 >> 16)];
     }
-    for (q, o) in out.iter_mut().enumerate() {
+    unsafe { lookups::<T>(lo, hi, tbl, s2) }
+}
+
+/// The four scaled pairs of index words `(lo, hi)` of a table of 4-byte
+/// entries: one `prmt` per address ([`entry_select`]), one lookup and one
+/// multiply by `s2` each.
+///
+/// # Safety
+/// `(lo, hi)` address the table at `tbl` (`kbit_format::mma::pair_words`
+/// or its merged form).
+#[inline(always)]
+pub unsafe fn lookups<T: MmaElem>(lo: u32, hi: u32, tbl: u32, s2: u32) -> [u32; 4] {
+    core::array::from_fn(|q| {
         let at = ptx::prmt(lo, hi, entry_select(q as u32));
-        *o = T::mul_x2(unsafe { ptx::ld_shared_u32(tbl + at) }, s2);
-    }
-    out
+        T::mul_x2(unsafe { ptx::ld_shared_u32(tbl + at) }, s2)
+    })
 }

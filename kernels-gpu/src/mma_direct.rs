@@ -7,9 +7,11 @@
 //! `kbit_format::mma_direct`.
 //!
 //! Per lane and step (64 weights): 32 pair lookups and 32 scale products
-//! (`fragment::dequant`, as in the other tensor-core kernels), 8 mmas with
-//! the weights as A (16 columns) and the activation rows as B, 4 shared
-//! loads of staged activations, 2 weight loads.
+//! (the pair table of the other tensor-core kernels; at k ≤ 4 the index
+//! words come from `kbit_format::mma::merged_pair_words`, each block's
+//! planes rotated once for its four pair offsets), 8 mmas with the
+//! weights as A (16 columns) and the activation rows as B, 4 shared loads
+//! of staged activations, 2 weight loads (predicated, no branch).
 //!
 //! # Work mapping
 //!
@@ -56,9 +58,37 @@ pub struct Args {
     pub k: u32,
 }
 
+/// Where a lane's blocks of one group lie: the slot of its block in
+/// column g at step 0, and the columns from g to N (≤ 0 past N or past
+/// the last group; column g + 8 exists when this is above 8).
+#[derive(Clone, Copy)]
+struct LaneBlocks {
+    slot0: u32,
+    room: i32,
+}
+
+impl LaneBlocks {
+    /// The blocks of lane (`g`, `t`) in `group`.
+    #[inline(always)]
+    fn of(a: &Args, group: u32, g: u32, t: u32) -> Self {
+        let c = (dg::GROUP_COLS * group).wrapping_add(g);
+        // Runtime layout: block (c, qb) is slot (kt·N + c)·2 + qb % 2 with
+        // kt = qb / 2; at qb = 4s + t that is 4N·s + (t / 2)·2N + 2c + t % 2
+        // (slots fit 32 bits), and column c + 8 is 16 slots on.
+        let slot0 = ((t >> 1) * 2 * a.n).wrapping_add(2 * c).wrapping_add(t & 1);
+        Self { slot0, room: a.n.wrapping_sub(c) as i32 }
+    }
+
+    /// The same lane's blocks `groups` groups on (`of` at `group + groups`).
+    #[inline(always)]
+    fn advance(self, groups: u32) -> Self {
+        let cols = dg::GROUP_COLS * groups;
+        Self { slot0: self.slot0.wrapping_add(2 * cols), room: self.room.wrapping_sub(cols as i32) }
+    }
+}
+
 /// A lane's weights of one step: the plane words and scale bytes of its
-/// quant block in columns g (`[0]`) and g + 8 (`[1]`); zero where the
-/// column is past N or the block past K, which makes every weight ±0.
+/// quant block in columns g (`[0]`) and g + 8 (`[1]`).
 #[derive(Clone, Copy)]
 struct Blocks<const K: usize> {
     planes: [[u32; K]; 2],
@@ -68,53 +98,44 @@ struct Blocks<const K: usize> {
 impl<const K: usize> Blocks<K> {
     const ZERO: Self = Self { planes: [[0; K]; 2], scales: [0; 2] };
 
-    /// Loads the blocks of lane quarter `t`, columns `col` and `col + 8`,
-    /// step `s`; zero if `live` is false.
+    /// Loads the blocks of step `s` at `at` over these, by predicated
+    /// loads: a block past N or K keeps its scale byte and gets arbitrary
+    /// plane bits, i.e. finite weights (past K they meet zero activations,
+    /// past N or the last group their outputs are dropped), so no branch,
+    /// copy or zeroing is needed.
     ///
     /// # Safety
     /// The host validated the weight for `a.n`, `a.k`.
     #[inline(always)]
-    unsafe fn load(a: &Args, live: bool, col: u32, s: u32, t: u32) -> Self {
-        let mut b = Self::ZERO;
-        let qb = 4 * s + t;
-        if !live || 32 * qb >= a.k {
-            return b;
-        }
-        let kt = qb >> 1;
+    unsafe fn load_over(&mut self, a: &Args, at: &LaneBlocks, s: u32, t: u32) {
+        let in_k = 32 * (4 * s + t) < a.k;
+        let slot = at.slot0.wrapping_add(4 * a.n * s) as usize;
         unrolled!(2, j => {
-            let c = col + 8 * j as u32;
-            if c < a.n {
-                // Runtime layout: block (c, qb) is slot (kt·N + c)·2 + h,
-                // its K words from word slot·K (slots fit 32 bits).
-                let slot = (kt * a.n + c) * 2 + (qb & 1);
-                let p = a.packed.wrapping_add(slot as usize * K);
-                b.planes[j] = unsafe { load_planes::<K>(p) };
-                b.scales[j] = unsafe { ptx::ld_nc_u8(a.scales.wrapping_add(slot as usize)) } as u32;
-            }
+            let on = in_k && at.room > 8 * j as i32;
+            let slot = slot + 16 * j;
+            self.planes[j] = unsafe { load_planes_if::<K>(a.packed.wrapping_add(slot * K), on) };
+            self.scales[j] = unsafe { ptx::ld_nc_u8_if(a.scales.wrapping_add(slot), on, [self.scales[j]]) }[0];
         });
-        b
     }
 }
 
-/// One quant block's `K` plane words from global memory, as wide as the
+/// One quant block's `K` plane words from global memory when `on`, else
+/// arbitrary bits (every bit pattern is a valid block), as wide as the
 /// block's alignment allows (k = 2: 8 bytes, k = 4: 16 bytes).
 ///
 /// # Safety
-/// `p` points at `K` words of the weight, aligned to `4·K` when K is 2 or 4.
+/// When `on`: `p` points at `K` words of the weight, aligned to `4·K` when
+/// K is 2 or 4.
 #[inline(always)]
-unsafe fn load_planes<const K: usize>(p: *const u32) -> [u32; K] {
+unsafe fn load_planes_if<const K: usize>(p: *const u32, on: bool) -> [u32; K] {
     let mut w = [0u32; K];
     unsafe {
         match K {
-            2 => {
-                let [a, b] = ptx::ld_nc_v2_l2_256(p);
-                w[0] = a;
-                w[1] = b;
-            }
-            4 => w.copy_from_slice(&ptx::ld_nc_v4(p)),
+            2 => w.copy_from_slice(&ptx::ld_nc_v2_l2_256_if(p, on)),
+            4 => w.copy_from_slice(&ptx::ld_nc_v4_if(p, on)),
             _ => {
                 for (j, wj) in w.iter_mut().enumerate() {
-                    *wj = ptx::ld_nc_u32(p.add(j));
+                    *wj = ptx::ld_nc_u32_if(p.wrapping_add(j), on)[0];
                 }
             }
         }
@@ -122,12 +143,45 @@ unsafe fn load_planes<const K: usize>(p: *const u32) -> [u32; K] {
     w
 }
 
-/// Multiplies one step: `blk` (this lane's blocks), the staged activations
+/// A step's weights ready for the lookups: the planes of each block
+/// pre-rotated for [`merged_pair_words`](geo::merged_pair_words) (k ≤ 4;
+/// k = 5 keeps them as loaded for the split table), and the decoded scales.
+#[derive(Clone, Copy)]
+struct Ready<const K: usize> {
+    planes: [[u32; K]; 2],
+    s2: [u32; 2],
+}
+
+impl<const K: usize> Ready<K> {
+    #[inline(always)]
+    fn of<T: MmaElem>(b: &Blocks<K>) -> Self {
+        let planes = if K == 5 { b.planes } else { b.planes.map(|p| geo::prerotate(&p)) };
+        Self { planes, s2: b.scales.map(T::scale_x2) }
+    }
+
+    /// The scaled a registers of block `j` for pair offset `h` (pairs
+    /// `8q + 2h`, q = 0..4).
+    ///
+    /// # Safety
+    /// The table at `tbl` was built for `K`, `T` and [`dg::table_mb`].
+    #[inline(always)]
+    unsafe fn weights<T: MmaElem>(&self, j: usize, h: u32, tbl: u32, lanes: u32) -> [u32; 4] {
+        let (planes, s2) = (&self.planes[j], self.s2[j]);
+        if K == 5 {
+            unsafe { fragment::dequant_scaled::<K, 1, T>(planes, &geo::rotations(2 * h), tbl, lanes, s2) }
+        } else {
+            let (lo, hi) = geo::merged_pair_words(planes, h, lanes);
+            unsafe { fragment::lookups::<T>(lo, hi, tbl, s2) }
+        }
+    }
+}
+
+/// Multiplies one step: `w` (this lane's blocks), the staged activations
 /// of the step at `xs` (this lane's quarter and row already added), into
 /// `acc`.
 #[inline(always)]
 unsafe fn step_mma<const K: usize, const R: u32, T: MmaElem>(
-    blk: &Blocks<K>,
+    w: &Ready<K>,
     xs: u32,
     tbl: u32,
     lanes: u32,
@@ -137,18 +191,10 @@ unsafe fn step_mma<const K: usize, const R: u32, T: MmaElem>(
     let xb: [[u32; 4]; 4] = core::array::from_fn(|i2| unsafe { ptx::ld_shared_v4(xs + 64 * R * i2 as u32) });
     unrolled!(2, odd => {
         let [t0, t2] = dg::two_t(odd as u32);
-        let (r0, r2) = (&geo::rotations(t0), &geo::rotations(t2));
-        let w = |j: usize, rot: &[u32; 8]| unsafe {
-            let (planes, scale) = (&blk.planes[j], blk.scales[j]);
-            if K == 5 {
-                fragment::dequant::<K, 1, T>(planes, rot, tbl, lanes, scale)
-            } else {
-                fragment::dequant::<K, PAIRS, T>(planes, rot, tbl, lanes, scale)
-            }
-        };
+        let f = |j: usize, two_t: u32| unsafe { w.weights::<T>(j, two_t / 2, tbl, lanes) };
         // Pairs 8q + two_t: a0 (row g) / a1 (row g + 8) at two_t = 4·odd,
         // a2 / a3 at 4·odd + 2, for mma 2q + odd.
-        let (a0, a1, a2, a3) = (w(0, r0), w(1, r0), w(0, r2), w(1, r2));
+        let (a0, a1, a2, a3) = (f(0, t0), f(1, t0), f(0, t2), f(1, t2));
         unrolled!(4, q => {
             let i = 2 * q + odd;
             let x = &xb[i / 2];
@@ -156,6 +202,51 @@ unsafe fn step_mma<const K: usize, const R: u32, T: MmaElem>(
             *acc = T::mma([a0[q], a1[q], a2[q], a3[q]], b, *acc);
         });
     });
+}
+
+/// What a warp's steps share: the lane's place, the step count and the
+/// shared-memory addresses.
+struct Walk {
+    t: u32,
+    w: u32,
+    k_steps: u32,
+    x_lane: u32,
+    step_bytes: u32,
+    tbl: u32,
+    lanes: u32,
+}
+
+impl Walk {
+    /// Step `s` of the group of `at`: multiplies `cur` into `acc` while
+    /// the warp's next step (in this group, or its first of the block's
+    /// next group, when `at` moves there) loads over `nxt`. Returns the
+    /// next step. (`cur` is a copy of `nxt`: loading over a second buffer
+    /// taken in turn would save the copy, but two buffers live through the
+    /// loop cost more registers than the 64 a thread has.)
+    ///
+    /// # Safety
+    /// As [`run`]; `cur` holds step `s` of the group of `at`.
+    #[inline(always)]
+    unsafe fn step<const K: usize, const R: u32, T: MmaElem>(
+        &self,
+        a: &Args,
+        cur: &Blocks<K>,
+        nxt: &mut Blocks<K>,
+        at: &mut LaneBlocks,
+        s: u32,
+        acc: &mut [f32; 4],
+    ) -> u32 {
+        let ready = Ready::of::<T>(cur);
+        let sn = s + dg::WARPS;
+        if sn < self.k_steps {
+            unsafe { nxt.load_over(a, at, sn, self.t) };
+        } else {
+            *at = at.advance(ptx::grid_dim());
+            unsafe { nxt.load_over(a, at, self.w, self.t) };
+        }
+        unsafe { step_mma::<K, R, T>(&ready, self.x_lane + s * self.step_bytes, self.tbl, self.lanes, acc) };
+        sn
+    }
 }
 
 /// Stages the activations in the step order of `kbit_format::mma_direct`
@@ -201,7 +292,7 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem>(a: &Args) {
     let tbl = smem;
     let xbase = smem + dg::x_base(K as u32);
     let (groups, k_steps) = (dg::groups(a.n), dg::steps(a.k));
-    let (grid, bid) = (ptx::grid_dim(), ptx::bid());
+    let bid = ptx::bid();
 
     // Codebook and the first step's weights before the wait (neither is
     // written by a kernel this launch may overlap), then the activations.
@@ -211,12 +302,9 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem>(a: &Args) {
         (true, true) => unsafe { fragment::load_table::<K, 1>(a.cb, tid) },
         (true, false) => unsafe { fragment::load_table::<K, PAIRS>(a.cb, tid) },
     };
-    let col_of = |group: u32| dg::GROUP_COLS * group + g;
-    // The warp's step after (group, s): in this group, else the first of
-    // the block's next group.
-    let after = |group: u32, s: u32| if s + dg::WARPS < k_steps { (group, s + dg::WARPS) } else { (group + grid, w) };
-    let live = |group: u32, s: u32| group < groups && s < k_steps;
-    let mut next = unsafe { Blocks::<K>::load(a, live(bid, w), col_of(bid), w, t) };
+    let mut at = LaneBlocks::of(a, bid, g, t);
+    let mut blk = Blocks::<K>::ZERO;
+    unsafe { blk.load_over(a, &at, w, t) };
     if table && K == 5 {
         unsafe { fragment::store_table::<K, 1, T>(tbl, &share, tid) };
     } else if table {
@@ -226,24 +314,35 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem>(a: &Args) {
     unsafe { stage_x::<R>(xbase, a.x, a.m, a.k, tid) };
     ptx::bar_sync();
 
-    let lanes = geo::lane_bytes(lane, K as u32, dg::table_mb(K as u32));
-    // This lane's quarter and activation row within a step's chunk.
-    let x_lane = xbase + dg::x_offset(R, 0, 0, t, g % R);
-    let step_bytes = dg::x_offset(R, 1, 0, 0, 0);
-    let mut parity = 0;
-    let mut group = bid;
-    while group < groups {
+    let walk = Walk {
+        t,
+        w,
+        k_steps,
+        // This lane's quarter and activation row within a step's chunk.
+        x_lane: xbase + dg::x_offset(R, 0, 0, t, g % R),
+        step_bytes: dg::x_offset(R, 1, 0, 0, 0),
+        tbl,
+        lanes: geo::lane_bytes(lane, K as u32, dg::table_mb(K as u32)),
+    };
+    // The block's groups bid + i·grid, i = 0, 1, …; i's parity picks the
+    // reduction buffer.
+    let mut i = 0;
+    loop {
+        let group = bid + i * ptx::grid_dim();
+        if group >= groups {
+            break;
+        }
         let mut acc = [0f32; 4];
+        // `blk` holds the next group's first step when the loop ends.
         let mut s = w;
         while s < k_steps {
-            let cur = next;
-            // The next step's weights into registers while this one computes.
-            let (ng, ns) = after(group, s);
-            next = unsafe { Blocks::<K>::load(a, ng < groups, col_of(ng), ns, t) };
-            unsafe { step_mma::<K, R, T>(&cur, x_lane + s * step_bytes, tbl, lanes, &mut acc) };
-            s += dg::WARPS;
+            let cur = blk;
+            s = unsafe { walk.step::<K, R, T>(a, &cur, &mut blk, &mut at, s, &mut acc) };
         }
-        let red = smem + dg::red_base(K as u32, R, a.k, parity);
+        let red = smem + dg::red_base(K as u32, R, a.k, i & 1);
+        // (The thread index read again here: what derives from it is
+        // recomputed per group rather than held through the steps.)
+        let tid = ptx::tid_here();
         unsafe { ptx::st_shared_v4(red + 16 * tid, acc.map(f32::to_bits)) };
         ptx::bar_sync();
         // One thread per output (x row, group column), warps added in order.
@@ -261,7 +360,6 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem>(a: &Args) {
                 unsafe { *a.y.add(row as usize * a.n as usize + n as usize) = T::from_f32(v) };
             }
         }
-        parity ^= 1;
-        group += grid;
+        i += 1;
     }
 }

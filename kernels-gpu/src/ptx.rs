@@ -293,6 +293,95 @@ pub unsafe fn ld_nc_u8(p: *const u8) -> u8 {
     r as u8
 }
 
+/// Generates predicated forms of the read-only loads, `@p ld.global.nc…`:
+/// without `p` nothing is read and no branch is taken. `inout` forms load
+/// into the registers of `old`, which come back unchanged without `p`;
+/// `out` forms leave their registers' previous contents, i.e. bits the
+/// caller must accept as arbitrary (plane words, where every bit pattern
+/// is a valid block). A kernel that loads the next step's weights while
+/// the current ones compute keeps a finite block in place of one past N
+/// or K this way, with no zeroing and no copy.
+macro_rules! ld_nc_if {
+    ($(#[$doc:meta])* $name:ident, $ptr:ty, $op:literal, inout, $($r:ident),+) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// When `pred`: `p` is a valid global pointer, aligned to the load's
+        /// width, not written during the kernel.
+        #[inline(always)]
+        pub unsafe fn $name(p: *const $ptr, pred: bool, old: [u32; ld_nc_if!(@count $($r)+)]) -> [u32; ld_nc_if!(@count $($r)+)] {
+            let [$(mut $r),+] = old;
+            unsafe {
+                asm!(ld_nc_if!(@asm $op, $($r)+), $($r = inout(reg32) $r,)+ c = in(reg32) pred as u32, p = in(reg64) p)
+            }
+            [$($r),+]
+        }
+    };
+    ($(#[$doc:meta])* $name:ident, $ptr:ty, $op:literal, out, $($r:ident),+) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// When `pred`: `p` is a valid global pointer, aligned to the load's
+        /// width, not written during the kernel.
+        #[inline(always)]
+        pub unsafe fn $name(p: *const $ptr, pred: bool) -> [u32; ld_nc_if!(@count $($r)+)] {
+            $(let $r: u32;)+
+            unsafe {
+                asm!(ld_nc_if!(@asm $op, $($r)+), $($r = out(reg32) $r,)+ c = in(reg32) pred as u32, p = in(reg64) p)
+            }
+            [$($r),+]
+        }
+    };
+    (@asm $op:literal, $($r:ident)+) => {
+        concat!("{{ .reg .pred p; setp.ne.b32 p, {c}, 0; @p ", $op, " {{", ld_nc_if!(@list $($r)+), "}}, [{p}]; }}")
+    };
+    (@count $a:ident) => { 1 };
+    (@count $a:ident $b:ident) => { 2 };
+    (@count $a:ident $b:ident $c:ident $d:ident) => { 4 };
+    (@list $a:ident) => { "{a}" };
+    (@list $a:ident $b:ident) => { "{a}, {b}" };
+    (@list $a:ident $b:ident $c:ident $d:ident) => { "{a}, {b}, {c2}, {d}" };
+}
+
+ld_nc_if!(
+    /// `@p ld.global.nc.u8` into 32 bits (zero-extended) over `old`: one
+    /// E4M4 scale byte. sm_35.
+    ld_nc_u8_if,
+    u8,
+    "ld.global.nc.u8",
+    inout,
+    a
+);
+ld_nc_if!(
+    /// `@p ld.global.nc.b32`: arbitrary bits without `p`. sm_35.
+    ld_nc_u32_if,
+    u32,
+    "ld.global.nc.b32",
+    out,
+    a
+);
+ld_nc_if!(
+    /// `@p ld.global.nc.L2::256B.v2.b32` (see [`ld_nc_v2_l2_256`]):
+    /// arbitrary bits without `p`. sm_75.
+    ld_nc_v2_l2_256_if,
+    u32,
+    "ld.global.nc.L2::256B.v2.b32",
+    out,
+    a,
+    b
+);
+ld_nc_if!(
+    /// `@p ld.global.nc.v4.b32`: arbitrary bits without `p`. sm_35.
+    ld_nc_v4_if,
+    u32,
+    "ld.global.nc.v4.b32",
+    out,
+    a,
+    b,
+    c2,
+    d
+);
+
 /// `st.global.v4.b32`: 16-byte store, so a warp writes whole 128-byte lines. Any SM.
 ///
 /// # Safety
