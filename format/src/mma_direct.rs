@@ -32,7 +32,8 @@
 //! table: the pair table of [`table_mb`] (`mma::table_bytes(k, table_mb(k))`)
 //! x:     R activation rows (R = 1 at M = 1, else 4) in step order: for
 //!        step s, 8-element chunk i2 of a block (0..4), lane quarter t,
-//!        row r: 16 bytes at ((4s + i2)·4 + t)·R + r, holding elements
+//!        row r: 16 bytes at ((4s + i2)·4 + t)·R + r' (r' = r, or
+//!        r ^ (t & 2) at R = 4 against bank conflicts), holding elements
 //!        128s + 32t + 8·i2 .. + 8 (zero past K and for rows ≥ M), so
 //!        that one 16-byte load gives a lane the B registers of mmas
 //!        2·i2 and 2·i2 + 1
@@ -98,17 +99,33 @@ pub const fn x_base(bits: u32) -> u32 {
 }
 
 /// Byte offset, within the staged activations, of the 16 bytes of row `r`
-/// of `rows_r` rows, step `s`, chunk `i2`, lane quarter `t`.
+/// of `rows_r` rows, step `s`, chunk `i2`, lane quarter `t`. With four
+/// rows the row slot is `r ^ (t & 2)`: a 16-byte load is served in four
+/// phases of 8 lanes (g = 2p, 2p + 1, t = 0..3: rows r0, r0 + 1 of every
+/// quarter), and unswizzled their chunks `4t + r` meet in pairs on the
+/// same banks (t and t + 2); swizzled, the 8 chunks of a phase cover all
+/// 32 banks once.
 ///
 /// ```
 /// use kbit_format::mma_direct::x_offset;
 /// // Row 0, elements 32·t .. of step 0, chunk 0: the four quarters side by side.
 /// assert_eq!([0, 1, 2, 3].map(|t| x_offset(1, 0, 0, t, 0)), [0, 16, 32, 48]);
-/// assert_eq!(x_offset(4, 1, 2, 3, 1), (((4 + 2) * 4 + 3) * 4 + 1) * 16);
+/// assert_eq!(x_offset(4, 1, 2, 3, 1), (((4 + 2) * 4 + 3) * 4 + 3) * 16);
+/// // The 8 chunks of each phase of a load fall in 8 distinct bank groups.
+/// for r0 in [0, 2] {
+///     let mut seen = [false; 8];
+///     for t in 0..4 {
+///         for r in [r0, r0 + 1] {
+///             let group = (x_offset(4, 0, 0, t, r) / 16 % 8) as usize;
+///             assert!(!seen[group]);
+///             seen[group] = true;
+///         }
+///     }
+/// }
 /// ```
 #[inline(always)]
 pub const fn x_offset(rows_r: u32, s: u32, i2: u32, t: u32, r: u32) -> u32 {
-    (((4 * s + i2) * 4 + t) * rows_r + r) * 16
+    (((4 * s + i2) * 4 + t) * rows_r + (r ^ (t & 2 & (rows_r - 1)))) * 16
 }
 
 /// Where element `e` (0..K) of an activation row goes: (step, chunk,
