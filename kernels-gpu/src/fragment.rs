@@ -268,8 +268,8 @@ pub unsafe fn load_planes<const K: usize>(addr: u32) -> [u32; K] {
 /// `rot` = [`rotations`](kbit_format::mma::rotations)`(2·(lane % 4))`;
 /// `tbl` the table's shared address; `lanes` =
 /// [`lane_bytes`](kbit_format::mma::lane_bytes) of the lane for the
-/// table's copies; `scale` the
-/// block's E4M4 byte. The planes are rotated and masked once per fragment
+/// table's copies; `s2` the block's E4M4 scale decoded by
+/// [`MmaElem::scale_x2`] (both halves). The planes are rotated and masked once per fragment
 /// into two words ([`pair_words`]); every table address is then one `prmt`
 /// of those words, and the table base is added last so that it folds into
 /// the load's address operand.
@@ -278,22 +278,6 @@ pub unsafe fn load_planes<const K: usize>(addr: u32) -> [u32; K] {
 /// The table at `tbl` was built by [`store_table`] for `K`, `MB`, `T`.
 #[inline(always)]
 pub unsafe fn dequant<const K: usize, const MB: usize, T: MmaElem>(
-    planes: &[u32; K],
-    rot: &[u32; 8],
-    tbl: u32,
-    lanes: u32,
-    scale: u32,
-) -> [u32; 4] {
-    unsafe { dequant_scaled::<K, MB, T>(planes, rot, tbl, lanes, T::scale_x2(scale)) }
-}
-
-/// [`dequant`] with the scale already decoded: `s2` = `T::scale_x2` of
-/// the block's E4M4 byte, in both halves.
-///
-/// # Safety
-/// As [`dequant`].
-#[inline(always)]
-pub unsafe fn dequant_scaled<const K: usize, const MB: usize, T: MmaElem>(
     planes: &[u32; K],
     rot: &[u32; 8],
     tbl: u32,

@@ -1114,7 +1114,7 @@ unsafe fn compute<const K: usize, const MB: usize, const NF: usize, T: MmaElem, 
     let weights = |f: usize| {
         let planes = unsafe { fragment::load_planes::<K>(w_base + 64 * kb * f as u32) };
         let scale = unsafe { ptx::ld_shared_u8(s_base + 16 * f as u32) };
-        unsafe { fragment::dequant::<K, MB, T>(&planes, &ln.rot, tbl, ln.lanes, scale) }
+        unsafe { fragment::dequant::<K, MB, T>(&planes, &ln.rot, tbl, ln.lanes, T::scale_x2(scale)) }
     };
 
     if X2 && MB == 1 {

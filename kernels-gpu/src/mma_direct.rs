@@ -168,7 +168,7 @@ impl<const K: usize> Ready<K> {
     unsafe fn weights<T: MmaElem>(&self, j: usize, h: u32, tbl: u32, lanes: u32) -> [u32; 4] {
         let (planes, s2) = (&self.planes[j], self.s2[j]);
         if K == 5 {
-            unsafe { fragment::dequant_scaled::<K, 1, T>(planes, &geo::rotations(2 * h), tbl, lanes, s2) }
+            unsafe { fragment::dequant::<K, 1, T>(planes, &geo::rotations(2 * h), tbl, lanes, s2) }
         } else {
             let (lo, hi) = geo::merged_pair_words(planes, h, lanes);
             unsafe { fragment::lookups::<T>(lo, hi, tbl, s2) }

@@ -184,7 +184,7 @@ unsafe fn tile_mma<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(
     let weights = |f: usize, h: u32| {
         let planes = unsafe { fragment::load_planes::<K>(w + 64 * kb * f as u32 + 4 * kb * h) };
         let scale = unsafe { ptx::ld_shared_u8(sc + 16 * f as u32 + h) };
-        unsafe { fragment::dequant::<K, PAIRS, T>(&planes, rot, tbl, lanes, scale) }
+        unsafe { fragment::dequant::<K, PAIRS, T>(&planes, rot, tbl, lanes, T::scale_x2(scale)) }
     };
     if fragment::swapped(X2, NF) {
         // Fragment pair p accumulates in acc[p] (swapped C map).

@@ -224,7 +224,7 @@ unsafe fn decode<const K: usize, const H: u32, T: MmaElem>(st: u32, sp: Spans, t
     let one = |col: u32, h: u32| {
         let planes = unsafe { fragment::load_planes::<K>(w + 4 * (2 * kb * col + kb * h)) };
         let scale = unsafe { ptx::ld_shared_u8(s + 2 * col + h) };
-        unsafe { fragment::dequant::<K, PAIRS, T>(&planes, &ln.rot, tbl, ln.lanes, scale) }
+        unsafe { fragment::dequant::<K, PAIRS, T>(&planes, &ln.rot, tbl, ln.lanes, T::scale_x2(scale)) }
     };
     // dequant gives [b0, b1] of k16 step 0 of the quant block, then of
     // step 1; a0/a2 come from column `col`, a1/a3 from `col + 8`.
