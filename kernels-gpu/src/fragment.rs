@@ -269,10 +269,10 @@ pub unsafe fn load_planes<const K: usize>(addr: u32) -> [u32; K] {
 /// `tbl` the table's shared address; `lanes` =
 /// [`lane_bytes`](kbit_format::mma::lane_bytes) of the lane for the
 /// table's copies; `s2` the block's E4M4 scale decoded by
-/// [`MmaElem::scale_x2`] (both halves). The planes are rotated and masked once per fragment
-/// into two words ([`pair_words`]); every table address is then one `prmt`
-/// of those words, and the table base is added last so that it folds into
-/// the load's address operand.
+/// [`MmaElem::scale_x2`] (both halves). The planes are rotated and masked
+/// once per fragment into two words ([`pair_words`]); every table address
+/// is then one `prmt` of those words, and the table base is added last so
+/// that it folds into the load's address operand.
 ///
 /// # Safety
 /// The table at `tbl` was built by [`store_table`] for `K`, `MB`, `T`.
