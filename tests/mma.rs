@@ -1131,16 +1131,23 @@ fn kslots_variant_matches_the_f64_references() {
     assert_eq!(widths.into_iter().collect::<Vec<_>>(), [8, 16, 32], "every block width tested");
     // Past one m block, and any split policy but the automatic one, are
     // refused by name.
-    let p = prepare::<f16>(&ctx, &mut rng, 64, 64, 4);
-    let x = ctx.stream().clone_htod(&vec![f16::ZERO; 17 * 64]).unwrap();
-    let mut y = ctx.stream().alloc_zeros::<f16>(17 * 64).unwrap();
     let opts = MmaOptions { k_slots: Some(true), ..MmaOptions::default() };
-    let e = ctx.mma_gemm_with(&x, 17, &p.dev, &mut y, opts).unwrap_err();
-    assert!(matches!(e, Error::Rows { m: 17, max: 16 }), "{e}");
-    let fixed = MmaOptions { splits: Splits::Fixed(2), ..opts };
-    let e = ctx.mma_gemm_with(&x, 16, &p.dev, &mut y, fixed).unwrap_err();
-    assert!(matches!(e, Error::SplitK { what: "k_slots", .. }), "{e}");
+    refuses_rows_past_and_fixed_splits(&ctx, &mut rng, opts, 16, "k_slots");
     eprintln!("K-slot variant: {i} cases match");
+}
+
+/// A forced variant (`opts`) refuses `max + 1` rows by name
+/// (`Error::Rows`), and any split policy but the automatic one
+/// (`Error::SplitK` naming the option `what`).
+fn refuses_rows_past_and_fixed_splits(ctx: &Context, rng: &mut SmallRng, opts: MmaOptions, max: usize, what: &str) {
+    let p = prepare::<f16>(ctx, rng, 64, 64, 4);
+    let x = ctx.stream().clone_htod(&vec![f16::ZERO; (max + 1) * 64]).unwrap();
+    let mut y = ctx.stream().alloc_zeros::<f16>((max + 1) * 64).unwrap();
+    let e = ctx.mma_gemm_with(&x, max + 1, &p.dev, &mut y, opts).unwrap_err();
+    assert!(matches!(e, Error::Rows { m, max: mx } if m == max + 1 && mx == max), "{e}");
+    let fixed = MmaOptions { splits: Splits::Fixed(2), ..opts };
+    let e = ctx.mma_gemm_with(&x, max, &p.dev, &mut y, fixed).unwrap_err();
+    assert!(matches!(e, Error::SplitK { what: w, .. } if w == what), "{e}");
 }
 
 /// The direct-load variant (`MmaOptions::direct`), forced on every k, both
@@ -1179,15 +1186,8 @@ fn direct_variant_matches_the_f64_references() {
     }
     // Past four rows, and any split policy but the automatic one, are
     // refused by name.
-    let p = prepare::<f16>(&ctx, &mut rng, 64, 64, 4);
-    let x = ctx.stream().clone_htod(&vec![f16::ZERO; 5 * 64]).unwrap();
-    let mut y = ctx.stream().alloc_zeros::<f16>(5 * 64).unwrap();
     let opts = MmaOptions { direct: Some(true), ..MmaOptions::default() };
-    let e = ctx.mma_gemm_with(&x, 5, &p.dev, &mut y, opts).unwrap_err();
-    assert!(matches!(e, Error::Rows { m: 5, max: 4 }), "{e}");
-    let fixed = MmaOptions { splits: Splits::Fixed(2), ..opts };
-    let e = ctx.mma_gemm_with(&x, 4, &p.dev, &mut y, fixed).unwrap_err();
-    assert!(matches!(e, Error::SplitK { what: "direct", .. }), "{e}");
+    refuses_rows_past_and_fixed_splits(&ctx, &mut rng, opts, 4, "direct");
     eprintln!("direct-load variant: {i} cases match");
 }
 
