@@ -8,7 +8,8 @@
 //! 1. scalar GEMV        M ≤ 4 where `small_m`'s table says it beats the
 //!                       MMA kernel's direct-load variant (mostly M = 1,
 //!                       k = 5)  kernel 1 (gemv.rs)
-//! 2. MMA dequant GEMM   M ≤ 32 (its direct-load variant at M ≤ 4; ≤ 48
+//! 2. MMA dequant GEMM   M ≤ 32 (its direct-load variant at M ≤ 4 and
+//!                       on most shapes at M = 5..8; ≤ 48
 //!                       / 64 on matrices of 2^21 / 2^22 weights and
 //!                       more; on sm_90 up to M = 512 / 768 / 2048 from
 //!                       2^22 / 2^23 / 2^24)  kernel 2 (mma.rs,

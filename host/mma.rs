@@ -12,7 +12,8 @@
 //! calls at M = 5..8 by the table of [`crate::mid_m`] where it decides, and
 //! otherwise by the rules of `kslots_first` (at M ≤ 8 on grids resident in
 //! one wave, or 5/4 of one at k ≥ 4, and at M = 9..16 on some);
-//! [`MmaOptions::k_slots`] forces either form. At M ≤ 4 it runs the
+//! [`MmaOptions::k_slots`] forces either form. At M ≤ 4, and at M = 5..8
+//! on all but small shapes (`direct_preferred`), it runs the
 //! direct-load variant (`kernels-gpu/src/mma_direct.rs`: each lane loads
 //! two whole quant blocks into registers a step ahead; blocks of 16 warps
 //! walk 16-column groups and split K over their warps), wherever its
@@ -74,7 +75,7 @@ pub struct MmaOptions {
     /// stages only); `Some(false)`: the pipelined kernel; `None`: the
     /// planner's choice ([`Context::mma_plan`]).
     pub k_slots: Option<bool>,
-    /// `Some(true)`: the direct-load variant (M ≤ 4, automatic splits and
+    /// `Some(true)`: the direct-load variant (M ≤ 8, automatic splits and
     /// stages only); `Some(false)`: never it; `None`: the planner's choice.
     /// A forced `k_slots` rules it out.
     pub direct: Option<bool>,
@@ -379,6 +380,21 @@ fn kslots_first(p: &Plan, bits: u32, sms: u32, units: u32) -> bool {
     2 * grid <= sms || (nf == 4 && one_per_sm(grid as u64, sms)) || (bits % 2 == 1 && a_bytes <= 6 * w_bytes && room)
 }
 
+/// Whether automatic plans take the direct-load variant for `m` rows of
+/// `shape`: always at M ≤ 4 (against the GEMV, `crate::small_m` decides
+/// first); at M = 5..8 (eight staged rows, the same per-step work as four)
+/// where K ≥ 2048 and N ≥ 2048, or N ≥ 1024 with K ≤ 4096. Measured on
+/// an H200 (`bench-results/NOTES.md`) against the K-slot and pipelined
+/// plans over K = 1024..8192 × N = 512..28672 at M = 5 and 8: inside the
+/// region it is 5–40 % faster on all but a few points (k = 3, 5 at
+/// K = 2048, up to 7 % slower); outside it up to 60 % slower (K = 1024 or
+/// N = 512: too few steps or groups to fill the GPU; N = 1024 at K = 8192:
+/// 64 groups, each one block's worth of 128 KiB staged rows).
+fn direct_preferred(m: usize, shape: Shape) -> bool {
+    let (n, k) = (shape.n, shape.k);
+    m <= 4 || (m <= direct::MAX_M as usize && k >= 2048 && (n >= 2048 || (n >= 1024 && k <= 4096)))
+}
+
 /// A plan whose blocks each own whole columns and all of K (the K-slot and
 /// direct-load variants): `n_tiles` column blocks or groups of `tile`'s
 /// width, one block each, no split-K, no workspace, one stage of one K
@@ -476,7 +492,7 @@ impl Context {
         Ok(Plan { k_slots: true, stages: depth, ..whole_k_plan(m, shape, tile, n_tiles, smem) })
     }
 
-    /// The plan of the direct-load variant for `m` rows (≤ 4) of `dtype`
+    /// The plan of the direct-load variant for `m` rows (≤ 8) of `dtype`
     /// activations on a `bits`-bit weight of `shape` on `sms` SMs: a
     /// persistent grid of the blocks resident at once (registers and the
     /// shared memory of table, staged activations and reduction buffers),
@@ -508,8 +524,8 @@ impl Context {
     }
 
     /// The direct-load plan a call runs, if any: forced by `opts.direct`
-    /// (errors if it cannot run), or under automatic splits and stages at
-    /// M ≤ 4 wherever its shared memory fits.
+    /// (errors if it cannot run), or under automatic splits and stages
+    /// where [`direct_preferred`] says so and its shared memory fits.
     fn direct_choice(
         &self,
         dtype: Dtype,
@@ -523,7 +539,7 @@ impl Context {
         let auto = opts.k_slots.is_none() && opts.splits == Splits::Auto && opts.stage_tiles.is_none();
         Ok(match opts.direct {
             Some(true) => Some(plan()?),
-            None if auto && m <= direct::MAX_M as usize => plan().ok(),
+            None if auto && direct_preferred(m, shape) => plan().ok(),
             _ => None,
         })
     }
@@ -833,5 +849,32 @@ impl Context {
             Some(kt) => plan.with_stage_tiles(kt, bits),
             None => Ok(plan),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The direct-load variant's region at M = 5..8, on the design shapes
+    /// (`Shape::new(N, K)`) and the edges of the rule.
+    #[test]
+    fn direct_preferred_covers_the_measured_region() {
+        let s = |n, k| Shape::new(n, k).unwrap();
+        for m in 1..=4 {
+            assert!(direct_preferred(m, s(512, 1024)), "M ≤ 4 always");
+        }
+        for m in 5..=8 {
+            // gateup, down, q, o; Llama-3-8B and -70B.
+            for (n, k) in [(5120, 2048), (2048, 5120), (4096, 2048), (2048, 4096), (14336, 4096), (28672, 8192)] {
+                assert!(direct_preferred(m, s(n, k)), "M {m} N {n} K {k}");
+            }
+            // kv, moe_gu, moe_dn, K = 1024, N = 1024 on K = 8192.
+            for (n, k) in [(512, 2048), (512, 2048), (2048, 512), (8192, 1024), (1024, 8192)] {
+                assert!(!direct_preferred(m, s(n, k)), "M {m} N {n} K {k}");
+            }
+            assert!(direct_preferred(m, s(1024, 4096)) && !direct_preferred(m, s(1024, 6144)));
+        }
+        assert!(!direct_preferred(9, s(28672, 8192)), "the variant stops at M = 8");
     }
 }

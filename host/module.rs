@@ -146,7 +146,7 @@ pub(crate) fn mma_kslots_slot(bits: u32, nf: u32, dtype: Dtype, grouped: bool) -
 }
 
 /// Staged activation rows of the direct-load mma instances, in table order.
-pub(crate) const MMA_DIRECT_ROWS: [u32; 2] = [1, 4];
+pub(crate) const MMA_DIRECT_ROWS: [u32; 3] = [1, 4, 8];
 
 /// Position of a direct-load mma kernel in [`Kernels::mma_direct`]; `None`
 /// for f32 or a row count outside [`MMA_DIRECT_ROWS`].
@@ -294,7 +294,7 @@ pub mod names {
         v
     }
     /// `kbit_mma_direct_k{bits}_r{rows}_{dtype}` (tensor-core GEMM,
-    /// direct-load variant, `rows` = 1 or 4 staged activation rows).
+    /// direct-load variant, `rows` = 1, 4 or 8 staged activation rows).
     ///
     /// ```
     /// use kbit::{Dtype, module::names};
@@ -308,7 +308,7 @@ pub mod names {
     /// ```
     /// use kbit::{Dtype, module::names};
     /// let all = names::all_mma_direct();
-    /// assert_eq!((all.len(), all[0].as_str()), (16, "kbit_mma_direct_k2_r1_f16"));
+    /// assert_eq!((all.len(), all[0].as_str()), (24, "kbit_mma_direct_k2_r1_f16"));
     /// assert_eq!(all[3], names::mma_direct(2, 4, Dtype::Bf16));
     /// ```
     pub fn all_mma_direct() -> Vec<String> {

@@ -1151,7 +1151,7 @@ fn refuses_rows_past_and_fixed_splits(ctx: &Context, rng: &mut SmallRng, opts: M
 }
 
 /// The direct-load variant (`MmaOptions::direct`), forced on every k, both
-/// dtypes and M = 1..4 (one and four staged rows), against the f64
+/// dtypes and M = 1..8 (one, four and eight staged rows), against the f64
 /// references: the design's shapes and awkward ones (N = 8, 72, 129, 4100:
 /// partial groups; K = 32, 96, 160, 2080: steps with blocks past K; more
 /// groups than blocks), poisoned outputs, and a repeated call bit-identical.
@@ -1165,7 +1165,8 @@ fn direct_variant_matches_the_f64_references() {
     for &(k, n) in &shapes {
         for bits in 2..=5u32 {
             for bf in [false, true] {
-                let m = 1 + i % 4;
+                // Every M on every shape, each with other k and dtypes.
+                let m = 1 + (i + i / 8) % 8;
                 i += 1;
                 let shape = Shape::new(n, k).unwrap();
                 let what = format!("direct M {m} K {k} N {n} k={bits} bf16={bf}");
@@ -1184,10 +1185,10 @@ fn direct_variant_matches_the_f64_references() {
             }
         }
     }
-    // Past four rows, and any split policy but the automatic one, are
+    // Past eight rows, and any split policy but the automatic one, are
     // refused by name.
     let opts = MmaOptions { direct: Some(true), ..MmaOptions::default() };
-    refuses_rows_past_and_fixed_splits(&ctx, &mut rng, opts, 4, "direct");
+    refuses_rows_past_and_fixed_splits(&ctx, &mut rng, opts, 8, "direct");
     eprintln!("direct-load variant: {i} cases match");
 }
 

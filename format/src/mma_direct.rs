@@ -1,5 +1,5 @@
 //! Geometry of the direct-load variant of the tensor-core GEMM (kernel 2
-//! for M ≤ 4 on large matrices), shared by the host (grid, shared memory)
+//! for M ≤ 8), shared by the host (grid, shared memory)
 //! and the device.
 //!
 //! No pipeline in shared memory: every lane loads the plane words and
@@ -30,10 +30,11 @@
 //! ```text
 //! [ table | x | red 0 | red 1 ]
 //! table: the pair table of [`table_mb`] (`mma::table_bytes(k, table_mb(k))`)
-//! x:     R activation rows (R = 1 at M = 1, else 4) in step order: for
-//!        step s, 8-element chunk i2 of a block (0..4), lane quarter t,
-//!        row r: 16 bytes at ((4s + i2)·4 + t)·R + r' (r' = r, or
-//!        r ^ (t & 2) at R = 4 against bank conflicts), holding elements
+//! x:     R activation rows (R = 1 at M = 1, 4 at M = 2..4, else 8) in
+//!        step order: for step s, 8-element chunk i2 of a block (0..4),
+//!        lane quarter t, row r: 16 bytes at ((4s + i2)·4 + t)·R + r'
+//!        (r' = r; r ^ (t & 2) at R = 4 and r ^ 2t at R = 8 against bank
+//!        conflicts, see [`x_offset`]), holding elements
 //!        128s + 32t + 8·i2 .. + 8 (zero past K and for rows ≥ M), so
 //!        that one 16-byte load gives a lane the B registers of mmas
 //!        2·i2 and 2·i2 + 1
@@ -52,17 +53,23 @@ pub const GROUP_COLS: u32 = 16;
 /// K elements of a step: one quant block per lane quarter.
 pub const STEP_K: u32 = 128;
 /// Largest M.
-pub const MAX_M: u32 = 4;
+pub const MAX_M: u32 = 8;
 
-/// Activation rows staged for `m` rows: 1 or 4.
+/// Activation rows staged for `m` rows: 1, 4 or 8.
 ///
 /// ```
 /// use kbit_format::mma_direct::rows;
-/// assert_eq!((rows(1), rows(2), rows(4)), (1, 4, 4));
+/// assert_eq!((rows(1), rows(2), rows(4), rows(5), rows(8)), (1, 4, 4, 8, 8));
 /// ```
 #[inline(always)]
 pub const fn rows(m: u32) -> u32 {
-    if m <= 1 { 1 } else { 4 }
+    if m <= 1 {
+        1
+    } else if m <= 4 {
+        4
+    } else {
+        8
+    }
 }
 
 /// Steps of a K: `ceil(K / 128)`.
@@ -99,33 +106,44 @@ pub const fn x_base(bits: u32) -> u32 {
 }
 
 /// Byte offset, within the staged activations, of the 16 bytes of row `r`
-/// of `rows_r` rows, step `s`, chunk `i2`, lane quarter `t`. With four
-/// rows the row slot is `r ^ (t & 2)`: a 16-byte load is served in four
-/// phases of 8 lanes (g = 2p, 2p + 1, t = 0..3: rows r0, r0 + 1 of every
-/// quarter), and unswizzled their chunks `4t + r` meet in pairs on the
-/// same banks (t and t + 2); swizzled, the 8 chunks of a phase cover all
-/// 32 banks once.
+/// of `rows_r` rows, step `s`, chunk `i2`, lane quarter `t`. A 16-byte
+/// load is served in four phases of 8 lanes (g = 2p, 2p + 1, t = 0..3:
+/// rows `g % rows_r` of every quarter). With four rows the row slot is
+/// `r ^ (t & 2)`: unswizzled the chunks `4t + r` of a phase meet in pairs
+/// on the same banks (t and t + 2); with eight it is `r ^ 2t`, where
+/// unswizzled the chunks `8t + r` of all four quarters would share two
+/// bank groups. Swizzled, the 8 chunks of a phase cover all 32 banks once.
 ///
 /// ```
 /// use kbit_format::mma_direct::x_offset;
 /// // Row 0, elements 32·t .. of step 0, chunk 0: the four quarters side by side.
 /// assert_eq!([0, 1, 2, 3].map(|t| x_offset(1, 0, 0, t, 0)), [0, 16, 32, 48]);
 /// assert_eq!(x_offset(4, 1, 2, 3, 1), (((4 + 2) * 4 + 3) * 4 + 3) * 16);
-/// // The 8 chunks of each phase of a load fall in 8 distinct bank groups.
-/// for r0 in [0, 2] {
-///     let mut seen = [false; 8];
-///     for t in 0..4 {
-///         for r in [r0, r0 + 1] {
-///             let group = (x_offset(4, 0, 0, t, r) / 16 % 8) as usize;
-///             assert!(!seen[group]);
-///             seen[group] = true;
+/// // The 8 chunks of each phase of a load (lane groups g = 2p, 2p + 1)
+/// // fall in 8 distinct bank groups, at every step and chunk.
+/// for rows_r in [4, 8] {
+///     for (s, i2) in [(0, 0), (3, 1)] {
+///         for p in 0..4 {
+///             let mut seen = [false; 8];
+///             for t in 0..4 {
+///                 for g in [2 * p, 2 * p + 1] {
+///                     let group = (x_offset(rows_r, s, i2, t, g % rows_r) / 16 % 8) as usize;
+///                     assert!(!seen[group]);
+///                     seen[group] = true;
+///                 }
+///             }
 ///         }
 ///     }
 /// }
 /// ```
 #[inline(always)]
 pub const fn x_offset(rows_r: u32, s: u32, i2: u32, t: u32, r: u32) -> u32 {
-    (((4 * s + i2) * 4 + t) * rows_r + (r ^ (t & 2 & (rows_r - 1)))) * 16
+    let slot = match rows_r {
+        4 => r ^ (t & 2),
+        8 => r ^ (2 * t),
+        _ => r,
+    };
+    (((4 * s + i2) * 4 + t) * rows_r + slot) * 16
 }
 
 /// Where element `e` (0..K) of an activation row goes: (step, chunk,

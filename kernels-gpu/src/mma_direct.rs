@@ -1,5 +1,7 @@
-//! Kernel 2, direct-load variant: the tensor-core dequant GEMM for M ≤ 4
-//! on large matrices. Each lane loads the plane words and scale bytes of
+//! Kernel 2, direct-load variant: the tensor-core dequant GEMM for M ≤ 8.
+//! The 8 columns of each mma's B are activation rows, so one, four or
+//! eight staged rows cost the same per step: the same loads, lookups and
+//! mmas, and activation loads of the same width. Each lane loads the plane words and scale bytes of
 //! two whole quant blocks straight into registers (one 16-byte load each
 //! at k = 4), a step ahead of the step it multiplies; nothing of the
 //! weights passes through shared memory but the pair-table lookups. The
@@ -50,7 +52,7 @@ pub struct Args {
     pub cb: *const f32,
     /// Output `[M, N]`.
     pub y: *mut u16,
-    /// Rows of x and y (1..=4; 1 with R = 1).
+    /// Rows of x and y (1..=R; 1 with R = 1).
     pub m: u32,
     /// Out features N.
     pub n: u32,
@@ -249,10 +251,16 @@ impl Walk {
     }
 }
 
+/// Activation rows whose chunks a thread loads before it stores them.
+const STAGE_ROWS: u32 = 4;
+
 /// Stages the activations in the step order of `kbit_format::mma_direct`
 /// (rows ≥ M and elements past K as zeros): 16-byte loads and stores (the
 /// same copies by `cp.async` made every call ≈ 2.7 µs slower, measured).
-/// The caller's block barrier publishes them.
+/// A thread loads its chunk of [`STAGE_ROWS`] rows before it stores any:
+/// one round trip per chunk of K and four rows rather than per chunk and
+/// row (R = 4 on K = 8192 took 8 in turn, R = 8 on K = 2048 took 8). The caller's block barrier
+/// publishes them.
 ///
 /// # Safety
 /// `x` holds `m` rows of `k` values, 16-byte aligned; the block has
@@ -260,19 +268,31 @@ impl Walk {
 #[inline(always)]
 unsafe fn stage_x<const R: u32>(xbase: u32, x: *const u16, m: u32, k: u32, tid: u32) {
     let chunks = dg::steps(k) * (dg::STEP_K / 8);
-    for r in 0..R {
-        let mut c = tid;
-        while c < chunks {
-            let e = 8 * c;
-            let v = if r < m && e < k {
-                unsafe { ptx::ld_nc_v4(x.wrapping_add((r * k + e) as usize) as *const u32) }
-            } else {
-                [0; 4]
-            };
-            let (s, i2, t, _) = dg::x_place(e);
-            unsafe { ptx::st_shared_v4(xbase + dg::x_offset(R, s, i2, t, r), v) };
-            c += dg::THREADS;
-        }
+    let mut c = tid;
+    while c < chunks {
+        let e = 8 * c;
+        let (s, i2, t, _) = dg::x_place(e);
+        // Four rows at a time (eight loads in flight spilled at R = 8).
+        unrolled!(2, h => {
+            let r0 = STAGE_ROWS * h as u32;
+            if r0 < R {
+                let v: [[u32; 4]; STAGE_ROWS as usize] = core::array::from_fn(|j| {
+                    let r = r0 + j as u32;
+                    if r < R && r < m && e < k {
+                        unsafe { ptx::ld_nc_v4(x.wrapping_add((r * k + e) as usize) as *const u32) }
+                    } else {
+                        [0; 4]
+                    }
+                });
+                unrolled!(4, j => {
+                    let r = r0 + j as u32;
+                    if r < R {
+                        unsafe { ptx::st_shared_v4(xbase + dg::x_offset(R, s, i2, t, r), v[j]) };
+                    }
+                });
+            }
+        });
+        c += dg::THREADS;
     }
 }
 
@@ -284,7 +304,7 @@ unsafe fn stage_x<const R: u32>(xbase: u32, x: *const u16, m: u32, k: u32, tid: 
 /// `mma_direct::smem_bytes(K, R, k)` bytes of dynamic shared memory.
 #[inline(always)]
 pub unsafe fn run<const K: usize, const R: u32, T: MmaElem>(a: &Args) {
-    const { assert!(K >= 2 && K <= 5 && (R == 1 || R == 4)) };
+    const { assert!(K >= 2 && K <= 5 && (R == 1 || R == 4 || R == 8)) };
     let tid = ptx::tid();
     let (lane, w) = (tid & 31, tid >> 5);
     let (g, t) = (lane >> 2, lane & 3);
