@@ -121,7 +121,7 @@ pub struct Plan {
     /// 8, 16 or 32 columns and all of K, split over their 8 warps, one block
     /// per n tile; no split-K, no pipeline stages, no workspace.
     pub k_slots: bool,
-    /// The direct-load variant (`kbit_mma_direct_*`, M ≤ 4): blocks of 16
+    /// The direct-load variant (`kbit_mma_direct_*`, M ≤ 8): blocks of 16
     /// warps walk groups of `tile.tile_n` = 16 columns (`n_tiles` of them,
     /// `grid` blocks) and split every group's K over their warps; each
     /// lane loads its weights straight into registers one 128-wide step
