@@ -386,7 +386,7 @@ fn kslots_first(p: &Plan, bits: u32, sms: u32, units: u32) -> bool {
 /// where K ≥ 2048 and N ≥ 2048, or N ≥ 1024 with K ≤ 4096. Measured on
 /// an H200 (`bench-results/NOTES.md`) against the K-slot and pipelined
 /// plans over K = 1024..8192 × N = 512..28672 at M = 5 and 8: inside the
-/// region it is 5–40 % faster on all but a few points (k = 3, 5 at
+/// region it is up to 40 % faster on all but a few points (k = 3, 5 at
 /// K = 2048, up to 7 % slower); outside it up to 60 % slower (K = 1024 or
 /// N = 512: too few steps or groups to fill the GPU; N = 1024 at K = 8192:
 /// 64 groups, each one block's worth of 128 KiB staged rows).
@@ -869,8 +869,8 @@ mod tests {
             for (n, k) in [(5120, 2048), (2048, 5120), (4096, 2048), (2048, 4096), (14336, 4096), (28672, 8192)] {
                 assert!(direct_preferred(m, s(n, k)), "M {m} N {n} K {k}");
             }
-            // kv, moe_gu, moe_dn, K = 1024, N = 1024 on K = 8192.
-            for (n, k) in [(512, 2048), (512, 2048), (2048, 512), (8192, 1024), (1024, 8192)] {
+            // kv (and moe_gu), moe_dn, K = 1024, N = 1024 on K = 8192.
+            for (n, k) in [(512, 2048), (2048, 512), (8192, 1024), (1024, 8192)] {
                 assert!(!direct_preferred(m, s(n, k)), "M {m} N {n} K {k}");
             }
             assert!(direct_preferred(m, s(1024, 4096)) && !direct_preferred(m, s(1024, 6144)));

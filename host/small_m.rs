@@ -15,11 +15,12 @@
 //! 2048, 3072, 4096, 6144, 8192, 10240, 14336, 20480, 28672}
 //! (`bench-results/nvidia-h200-2026-11-28-40c5405-grid.{md,json}`),
 //! and the same ratios for two design shapes off the grid (their rows in
-//! the tables of the same commit, `…-40c5405.json`). Another shape between grid points takes the
-//! bilinear interpolation in (log2 K, log2 N); outside the grid, the
-//! nearest edge. The MMA kernel is ahead on 67–75 of the 84 grid points at
-//! M = 1 and k = 2..4 and on 12 at k = 5, on every one at M = 2..4 and
-//! k = 2..4, and on 60 / 80 / 84 at M = 2 / 3 / 4 and k = 5. Both
+//! the tables of the same commit, `…-40c5405.json`). Another shape
+//! between grid points takes the bilinear interpolation in (log2 K,
+//! log2 N); outside the grid, the nearest edge. The MMA kernel is ahead on
+//! 67–75 of the 84 grid points at M = 1 and k = 2..4 and on 12 at k = 5,
+//! on every one at M = 2..4 and k = 2..4, and on 60 / 80 / 84 at
+//! M = 2 / 3 / 4 and k = 5. Both
 //! kernels are bound mostly by instruction issue and latency at M ≤ 4,
 //! less by the memory, so their ratio carries over roughly between the
 //! H100 and the H200, which have the same SMs and clocks; other GPUs use
