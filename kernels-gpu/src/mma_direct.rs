@@ -1,12 +1,12 @@
 //! Kernel 2, direct-load variant: the tensor-core dequant GEMM for M ≤ 8.
-//! The 8 columns of each mma's B are activation rows, so one, four or
-//! eight staged rows cost the same per step: the same loads, lookups and
-//! mmas, and activation loads of the same width. Each lane loads the plane words and scale bytes of
-//! two whole quant blocks straight into registers (one 16-byte load each
-//! at k = 4), a step ahead of the step it multiplies; nothing of the
-//! weights passes through shared memory but the pair-table lookups. The
-//! layout of a step, the lane map and shared memory are in
-//! `kbit_format::mma_direct`.
+//! Each lane loads the plane words and scale bytes of two whole quant
+//! blocks straight into registers (one 16-byte load each at k = 4), a
+//! step ahead of the step it multiplies; nothing of the weights passes
+//! through shared memory but the pair-table lookups. The 8 columns of
+//! each mma's B are activation rows, so one, four or eight staged rows
+//! cost the same per step: the same loads, lookups and mmas, and
+//! activation loads of the same width. The layout of a step, the lane map
+//! and shared memory are in `kbit_format::mma_direct`.
 //!
 //! Per lane and step (64 weights): 32 pair lookups and 32 scale products
 //! (the pair table of the other tensor-core kernels; at k ≤ 4 the index
@@ -259,8 +259,8 @@ const STAGE_ROWS: u32 = 4;
 /// same copies by `cp.async` made every call ≈ 2.7 µs slower, measured).
 /// A thread loads its chunk of [`STAGE_ROWS`] rows before it stores any:
 /// one round trip per chunk of K and four rows rather than per chunk and
-/// row (R = 4 on K = 8192 took 8 in turn, R = 8 on K = 2048 took 8). The caller's block barrier
-/// publishes them.
+/// row (R = 4 on K = 8192 took 8 in turn, R = 8 on K = 2048 took 8). The
+/// caller's block barrier publishes them.
 ///
 /// # Safety
 /// `x` holds `m` rows of `k` values, 16-byte aligned; the block has
