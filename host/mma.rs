@@ -402,12 +402,16 @@ fn direct_preferred(m: usize, shape: Shape) -> bool {
 /// instead spread evenly over half the slots when that still puts a block
 /// on at least 9/10 of the SMs: every SM then keeps room for the next
 /// call's blocks (a programmatic launch's table build and first weight
-/// loads run beside this call). Measured on an H200, M = 2 / 4 / 8, k = 2:
-/// 256 groups (`q`, 4096×4096, 8192×4096) −10 / −9 / −14 %,
-/// −10 / −12 / −21 %, −12 / −14 % (M = 8 there runs one block per SM
-/// anyway); k = 3, 4 from +0.1 to −15 %. Not taken: at M = 1 (`q` k = 2 +2 to +7 %), and
-/// where the even spread leaves SMs idle (144 groups on 72 blocks: M = 2, 4
-/// k = 3, 4 +6 to +9 %; 192 on 96: +2 to +5 %, though −5 to −12 % at M = 8).
+/// loads run beside this call). At M ≥ 5 (eight staged rows) the groups
+/// are spread even where that leaves SMs idle. Measured on an H200,
+/// M = 2 / 4 / 8, k = 2: 256 groups (`q`, 4096×4096, 8192×4096)
+/// −10 / −9 / −14 %, −10 / −12 / −21 %, −12 / −14 % (M = 8 there runs one
+/// block per SM anyway); k = 3, 4 from +0.1 to −15 %; at M = 8, 144 and
+/// 192 groups (72 and 96 blocks) −4 to −11 %. Not taken: at M = 1 (`q`
+/// k = 2 +2 to +7 %, k = 4 +4 %), and at M = 2..4 where SMs would idle
+/// (144 groups: k = 3, 4 +6 to +9 %; 192: +2 to +5 %). Nor does a grid of
+/// two groups per block on half the slots pay past one wave (320 groups
+/// on 160 blocks: +18 to +31 % at M = 1..8).
 fn direct_grid(groups: u32, m: usize, sms: u32, resident: u32) -> u32 {
     let (sms, resident) = (sms.max(1), resident.max(1));
     let full = groups.min(sms * resident);
@@ -416,7 +420,7 @@ fn direct_grid(groups: u32, m: usize, sms: u32, resident: u32) -> u32 {
         return full;
     }
     let spread = groups.div_ceil(groups.div_ceil(half));
-    if one_per_sm(spread as u64, half) { spread } else { full }
+    if m >= 5 || one_per_sm(spread as u64, half) { spread } else { full }
 }
 
 /// A plan whose blocks each own whole columns and all of K (the K-slot and
@@ -880,8 +884,8 @@ impl Context {
 mod tests {
     use super::*;
 
-    /// Groups spread over half the slots only at M ≥ 2 and only where a
-    /// full wave would fill them.
+    /// Groups spread over half the slots only at M ≥ 2, only where a full
+    /// wave would fill them, and below M = 5 only where the SMs stay busy.
     #[test]
     fn direct_grid_leaves_room_for_the_next_call() {
         // `q` (256 groups) on 132 SMs of two blocks: two groups per block.
@@ -892,7 +896,10 @@ mod tests {
         // M = 1, or an even spread that would leave SMs idle.
         assert_eq!(direct_grid(256, 1, 132, 2), 256);
         assert_eq!(direct_grid(192, 4, 132, 2), 192);
-        assert_eq!(direct_grid(144, 8, 132, 2), 144);
+        assert_eq!(direct_grid(144, 2, 132, 2), 144);
+        // From eight staged rows on, even where SMs idle.
+        assert_eq!(direct_grid(144, 8, 132, 2), 72);
+        assert_eq!(direct_grid(192, 5, 132, 2), 96);
         assert_eq!(direct_grid(236, 2, 132, 2), 236);
         // Room already (`o`, `kv`), more than a wave (Llama-3-70B), or one
         // block per SM (k = 5): unchanged.
