@@ -1106,6 +1106,7 @@ fn kslots_variant_matches_the_f64_references() {
     let mut rng = common::rng("kslots_variant_matches_the_f64_references");
     let mut shapes: Vec<(usize, usize)> = common::SHAPES.iter().map(|&(_, k, n)| (k, n)).collect();
     shapes.extend([(32, 4100), (96, 72), (8192, 8), (8192, 4100), (2080, 520), (4096, 14336)]);
+    shapes.push((2048, 2312));
     let ms = [1usize, 2, 3, 4, 5, 8, 13, 16];
     let mut i = 0usize;
     let mut widths = std::collections::BTreeSet::new();
@@ -1152,15 +1153,18 @@ fn refuses_rows_past_and_fixed_splits(ctx: &Context, rng: &mut SmallRng, opts: M
 
 /// The direct-load variant (`MmaOptions::direct`), forced on every k, both
 /// dtypes and M = 1..8 (one, four and eight staged rows), against the f64
-/// references: the design's shapes and awkward ones (N = 8, 72, 129, 4100:
-/// partial groups; K = 32, 96, 160, 2080: steps with blocks past K; more
-/// groups than blocks), poisoned outputs, and a repeated call bit-identical.
+/// references: the design's shapes and awkward ones (N = 8, 72, 129, 2312,
+/// 4100: partial groups; K = 32, 96, 160, 2080: steps with blocks past K;
+/// more groups than blocks; two groups per block on half the slots at
+/// N = 2312 and 4096, 4100 from M = 2 or 5), poisoned outputs, and a
+/// repeated call bit-identical.
 #[test]
 fn direct_variant_matches_the_f64_references() {
     let Some(ctx) = common::gpu("direct_variant_matches_the_f64_references") else { return };
     let mut rng = common::rng("direct_variant_matches_the_f64_references");
     let mut shapes: Vec<(usize, usize)> = common::SHAPES.iter().map(|&(_, k, n)| (k, n)).collect();
     shapes.extend([(32, 4100), (96, 72), (160, 129), (8192, 8), (8192, 4100), (2080, 520), (4096, 14336)]);
+    shapes.push((2048, 2312));
     let mut i = 0usize;
     for &(k, n) in &shapes {
         for bits in 2..=5u32 {
