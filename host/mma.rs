@@ -416,11 +416,13 @@ fn direct_grid(groups: u32, m: usize, sms: u32, resident: u32) -> u32 {
     let (sms, resident) = (sms.max(1), resident.max(1));
     let full = groups.min(sms * resident);
     let half = sms * (resident / 2);
-    if m < 2 || half == 0 || groups <= half || groups > sms * resident {
+    // The rule follows the instance: one, four or eight staged rows.
+    let rows = direct::rows(m.min(direct::MAX_M as usize) as u32);
+    if rows == 1 || half == 0 || groups <= half || groups > sms * resident {
         return full;
     }
     let spread = groups.div_ceil(groups.div_ceil(half));
-    if m >= 5 || one_per_sm(spread as u64, half) { spread } else { full }
+    if rows == 8 || one_per_sm(spread as u64, half) { spread } else { full }
 }
 
 /// A plan whose blocks each own whole columns and all of K (the K-slot and
