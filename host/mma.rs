@@ -15,9 +15,11 @@
 //! [`MmaOptions::k_slots`] forces either form. At M ≤ 4, and at M = 5..8
 //! on all but small shapes (`direct_preferred`), it runs the
 //! direct-load variant (`kernels-gpu/src/mma_direct.rs`: each lane loads
-//! two whole quant blocks into registers a step ahead; blocks of 16 warps
-//! walk 16-column groups and split K over their warps), wherever its
-//! shared memory (table, staged activations) fits;
+//! two whole quant blocks into registers a step ahead; teams of 16 warps
+//! walk 16-column groups and split K over their warps, one team per
+//! block or, where that measured faster (`direct_teams`), two sharing a
+//! block's table and staged activations), wherever its shared memory
+//! (table, staged activations) fits;
 //! [`MmaOptions::direct`] forces it on or off. The split-K
 //! workspace and counters belong to the [`Context`] (allocated at
 //! creation); the kernel leaves the counters at zero, so calls need no memset, no allocation and no host
@@ -395,6 +397,29 @@ fn direct_preferred(m: usize, shape: Shape) -> bool {
     m <= 4 || (m <= direct::MAX_M as usize && k >= 2048 && (n >= 2048 || (n >= 1024 && k <= 4096)))
 }
 
+/// Whether a direct-load plan takes two teams of 16 warps per block (one
+/// table and one copy of the staged activations per SM instead of one per
+/// block): where one team per block would crowd an SM (`crowded`: two
+/// blocks on some SM, or one only because of shared memory with more
+/// groups than SMs), the staged rows of a block are at least 32 KiB, and
+/// either eight rows are staged or k = 4, except k = 2 where one team's
+/// shared memory already holds an SM to one block (`resident1`).
+/// Measured on an H200 (A/B in one run, `bench-results/NOTES.md`):
+/// Llama-3-70B M = 2..4 k = 4 49.2–49.7 → 45.0–45.4 µs, M = 5..8 k = 3 /
+/// 4 −5 to −9 %; Llama-3-8B M = 5..8 −3 to −10 %, M = 2..4 k = 4 −0.5 to
+/// −2 %; GLM shared (K = 2048) at M = 5..8 −9 to −12 %; Qwen3 `gateup` at
+/// M = 5..8 −1 to −4 %. Not taken where it lost: one staged row (the SM
+/// is held until both teams end, so the next call's blocks cannot start
+/// on a half that one team would have freed: `gateup` and `q` at M = 1
+/// +5 to +12 %), four rows at k = 2, 3 (−0.3 to +6 %), Llama-3-70B k = 2
+/// at every M (+2 to +5 %), and four rows at K = 2048, where `gateup`
+/// lost 2 to 6 % and GLM shared gained 5 to 9 %.
+fn direct_teams(bits: u32, rows: u32, k: u32, crowded: bool, resident1: u32) -> bool {
+    let staged_big = direct::x_bytes(rows, k) >= 32 << 10;
+    let form = rows == 8 || bits == 4;
+    crowded && staged_big && form && !(bits == 2 && resident1 == 1)
+}
+
 /// The grid of a direct-load plan: `groups` 16-column groups for `m` rows
 /// on `sms` SMs that hold `resident` blocks each. One block per group
 /// while they fit at once; past that, the persistent grid of all resident
@@ -444,6 +469,7 @@ fn whole_k_plan(m: usize, shape: Shape, tile: TileConfig, n_tiles: u32, smem_byt
         stream: false,
         k_slots: false,
         direct: false,
+        teams: 1,
         grid: n_tiles,
         stages: 1,
         stage_tiles: 1,
@@ -536,21 +562,33 @@ impl Context {
             return Err(Error::SplitK { what: "direct", value: 1, reason });
         }
         let rows = direct::rows(m as u32);
-        let idx = mma_direct_slot(bits, rows, dtype).expect("direct-load instance exists");
+        let k = shape.k as u32;
         let info = self.info();
-        let smem = direct::smem_bytes(bits, rows, shape.k as u32);
-        let per_block = smem as usize + SMEM_RESERVED_PER_BLOCK;
-        let resident = self.kernels.mma_direct[idx].1.min((info.max_smem_per_sm / per_block) as u32);
-        if smem as usize > info.max_smem_per_block || resident == 0 {
+        // Resident blocks of the instance with `teams` teams, if it exists
+        // and its shared memory fits a block.
+        let resident = |teams: u32| -> Option<(u32, u32)> {
+            let idx = mma_direct_slot(bits, rows, dtype, teams)?;
+            let smem = direct::smem_bytes(bits, rows, k, teams);
+            let per_block = smem as usize + SMEM_RESERVED_PER_BLOCK;
+            let r = self.kernels.mma_direct[idx].1.min((info.max_smem_per_sm / per_block) as u32);
+            (smem as usize <= info.max_smem_per_block && r > 0).then_some((r, smem))
+        };
+        let Some((resident1, smem1)) = resident(1) else {
             return Err(Error::SharedMemory {
-                kernel: names::mma_direct(bits, rows, dtype),
+                kernel: names::mma_direct(bits, rows, dtype, 1),
                 available: info.max_smem_per_block,
             });
-        }
+        };
         let n_tiles = direct::groups(shape.n as u32);
+        let grid1 = direct_grid(n_tiles, m, sms, resident1);
+        let crowded = grid1 > sms || (resident1 == 1 && n_tiles > sms);
+        let teams = if direct_teams(bits, rows, k, crowded, resident1) { resident(2) } else { None };
+        let (teams, resident, smem, grid) = match teams {
+            Some((r, smem)) => (2, r, smem, n_tiles.div_ceil(2).min(sms * r)),
+            None => (1, resident1, smem1, grid1),
+        };
         let tile = TileConfig { m_blocks: 1, tile_n: direct::GROUP_COLS, tile_slots: 1, blocks_per_sm: resident };
-        let grid = direct_grid(n_tiles, m, sms, resident);
-        Ok(Plan { direct: true, grid, stage_tiles: 2, ..whole_k_plan(m, shape, tile, n_tiles, smem) })
+        Ok(Plan { direct: true, teams, grid, stage_tiles: 2, ..whole_k_plan(m, shape, tile, n_tiles, smem) })
     }
 
     /// The direct-load plan a call runs, if any: forced by `opts.direct`
@@ -693,9 +731,9 @@ impl Context {
             let (m, n, k) = (plan.m, plan.n, plan.k);
             let mut args = launch::args![xp, pp, sp, cp, yp, m, n, k];
             let rows = direct::rows(m);
-            let idx = mma_direct_slot(w.bits(), rows, T::DTYPE).expect("planned instance exists");
+            let idx = mma_direct_slot(w.bits(), rows, T::DTYPE, plan.teams).expect("planned instance exists");
             let f = &self.kernels.mma_direct[idx].0;
-            unsafe { self.launch_units(f, &plan, 1, direct::THREADS, &mut args) }?;
+            unsafe { self.launch_units(f, &plan, 1, plan.teams * direct::THREADS, &mut args) }?;
             return Ok(plan);
         }
         if plan.k_slots {
@@ -911,6 +949,28 @@ mod tests {
         assert_eq!(direct_grid(320, 4, 132, 2), 264);
         assert_eq!(direct_grid(256, 4, 132, 1), 132);
         assert_eq!(direct_grid(0, 4, 0, 0), 0);
+    }
+
+    #[test]
+    fn direct_teams_where_measured_faster() {
+        // Llama-3-70B (K = 8192): k = 4 from four rows, k = 3 at eight,
+        // k = 2 not (one team already runs one block per SM at eight).
+        assert!(direct_teams(4, 4, 8192, true, 2));
+        assert!(direct_teams(4, 8, 8192, true, 1));
+        assert!(direct_teams(3, 8, 8192, true, 1));
+        assert!(!direct_teams(3, 4, 8192, true, 2));
+        assert!(!direct_teams(2, 4, 8192, true, 2));
+        assert!(!direct_teams(2, 8, 8192, true, 1));
+        // Llama-3-8B (K = 4096): every k at eight rows, k = 4 at four.
+        assert!(direct_teams(2, 8, 4096, true, 2));
+        assert!(direct_teams(4, 4, 4096, true, 2));
+        assert!(!direct_teams(3, 4, 4096, true, 2));
+        // K = 2048: eight rows only (32 KiB); never one row.
+        assert!(direct_teams(2, 8, 2048, true, 2));
+        assert!(!direct_teams(4, 4, 2048, true, 2));
+        assert!(!direct_teams(4, 1, 8192, true, 2));
+        // Not where one team per block leaves room on every SM.
+        assert!(!direct_teams(4, 8, 8192, false, 2));
     }
 
     /// The direct-load variant's region at M = 5..8, on the design shapes

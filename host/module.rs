@@ -148,13 +148,24 @@ pub(crate) fn mma_kslots_slot(bits: u32, nf: u32, dtype: Dtype, grouped: bool) -
 /// Staged activation rows of the direct-load mma instances, in table order.
 pub(crate) const MMA_DIRECT_ROWS: [u32; 3] = [1, 4, 8];
 
-/// Position of a direct-load mma kernel in [`Kernels::mma_direct`]; `None`
-/// for f32 or a row count outside [`MMA_DIRECT_ROWS`].
-pub(crate) fn mma_direct_slot(bits: u32, rows: u32, dtype: Dtype) -> Option<usize> {
+/// Bit widths with two-team direct-load instances (k = 5 takes more than
+/// the 64 registers of 1024 threads).
+pub(crate) const MMA_DIRECT_TEAM_BITS: [u32; 3] = [2, 3, 4];
+
+/// Position of a direct-load mma kernel with `teams` teams per block in
+/// [`Kernels::mma_direct`] (the one-team instances, then the two-team
+/// ones); `None` for f32, a row count outside [`MMA_DIRECT_ROWS`], or two
+/// teams outside [`MMA_DIRECT_TEAM_BITS`].
+pub(crate) fn mma_direct_slot(bits: u32, rows: u32, dtype: Dtype, teams: u32) -> Option<usize> {
     let d = MMA_DTYPES.iter().position(|&x| x == dtype)?;
-    let b = BITS.iter().position(|&x| x == bits)?;
     let r = MMA_DIRECT_ROWS.iter().position(|&x| x == rows)?;
-    Some((b * MMA_DIRECT_ROWS.len() + r) * MMA_DTYPES.len() + d)
+    let per_bits = MMA_DIRECT_ROWS.len() * MMA_DTYPES.len();
+    let (base, b) = match teams {
+        1 => (0, BITS.iter().position(|&x| x == bits)?),
+        2 => (BITS.len() * per_bits, MMA_DIRECT_TEAM_BITS.iter().position(|&x| x == bits)?),
+        _ => return None,
+    };
+    Some(base + b * per_bits + r * MMA_DTYPES.len() + d)
 }
 
 /// Layout of a weight a dequantize kernel reads.
@@ -294,29 +305,37 @@ pub mod names {
         v
     }
     /// `kbit_mma_direct_k{bits}_r{rows}_{dtype}` (tensor-core GEMM,
-    /// direct-load variant, `rows` = 1, 4 or 8 staged activation rows).
+    /// direct-load variant, `rows` = 1, 4 or 8 staged activation rows, one
+    /// team of 16 warps per block), `kbit_mma_direct_teams_…` with two.
     ///
     /// ```
     /// use kbit::{Dtype, module::names};
-    /// assert_eq!(names::mma_direct(4, 1, Dtype::F16), "kbit_mma_direct_k4_r1_f16");
+    /// assert_eq!(names::mma_direct(4, 1, Dtype::F16, 1), "kbit_mma_direct_k4_r1_f16");
+    /// assert_eq!(names::mma_direct(2, 8, Dtype::Bf16, 2), "kbit_mma_direct_teams_k2_r8_bf16");
     /// ```
-    pub fn mma_direct(bits: u32, rows: u32, dtype: Dtype) -> String {
-        format!("kbit_mma_direct_k{bits}_r{rows}_{}", dtype.name())
+    pub fn mma_direct(bits: u32, rows: u32, dtype: Dtype, teams: u32) -> String {
+        let teams = if teams == 2 { "teams_" } else { "" };
+        format!("kbit_mma_direct_{teams}k{bits}_r{rows}_{}", dtype.name())
     }
-    /// Every direct-load mma entry point, in the kernel table's order.
+    /// Every direct-load mma entry point, in the kernel table's order: one
+    /// team at every k, then two teams at k ≤ 4.
     ///
     /// ```
     /// use kbit::{Dtype, module::names};
     /// let all = names::all_mma_direct();
-    /// assert_eq!((all.len(), all[0].as_str()), (24, "kbit_mma_direct_k2_r1_f16"));
-    /// assert_eq!(all[3], names::mma_direct(2, 4, Dtype::Bf16));
+    /// assert_eq!((all.len(), all[0].as_str()), (42, "kbit_mma_direct_k2_r1_f16"));
+    /// assert_eq!(all[3], names::mma_direct(2, 4, Dtype::Bf16, 1));
+    /// assert_eq!(all[24], names::mma_direct(2, 1, Dtype::F16, 2));
     /// ```
     pub fn all_mma_direct() -> Vec<String> {
         let mut v = Vec::new();
-        for bits in super::BITS {
-            for r in super::MMA_DIRECT_ROWS {
-                for d in super::MMA_DTYPES {
-                    v.push(mma_direct(bits, r, d));
+        let kinds = [(1, &super::BITS[..]), (2, &super::MMA_DIRECT_TEAM_BITS[..])];
+        for (teams, all_bits) in kinds {
+            for &bits in all_bits {
+                for r in super::MMA_DIRECT_ROWS {
+                    for d in super::MMA_DTYPES {
+                        v.push(mma_direct(bits, r, d, teams));
+                    }
                 }
             }
         }
@@ -553,9 +572,9 @@ pub(crate) struct Kernels {
     /// [`mma_kslots_slot`], with the blocks of each that its registers let
     /// an SM hold.
     pub mma_kslots: Vec<(CudaFunction, u32)>,
-    /// Direct-load tensor-core GEMM instances, indexed by
-    /// [`mma_direct_slot`], with the blocks of each that its registers let
-    /// an SM hold.
+    /// Direct-load tensor-core GEMM instances (one and two teams), indexed
+    /// by [`mma_direct_slot`], with the blocks of each that its registers
+    /// let an SM hold.
     pub mma_direct: Vec<(CudaFunction, u32)>,
     /// Scalar GEMV instances (dense and grouped).
     pub gemv: crate::gemv::GemvKernels,
@@ -642,11 +661,13 @@ impl Kernels {
         }
         let mut mma_direct = Vec::new();
         for name in names::all_mma_direct() {
+            let threads =
+                if name.starts_with("kbit_mma_direct_teams_") { 2 } else { 1 } * kbit_format::mma_direct::THREADS;
             let f = get(name)?;
             // The activations staged in shared memory grow with K: any
             // size up to the device's limit.
             f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, max_smem)?;
-            let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(kbit_format::mma_direct::THREADS, 0, None)?;
+            let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)?;
             mma_direct.push((f, per_sm));
         }
         let gemv = crate::gemv::GemvKernels::load(ctx, &module)?;

@@ -127,6 +127,10 @@ pub struct Plan {
     /// lane loads its weights straight into registers one 128-wide step
     /// ahead (`stages` = 1, `stage_tiles` = 2). No split-K, no workspace.
     pub direct: bool,
+    /// Teams of 16 warps per block of the direct-load variant: 2 where two
+    /// teams share one block's table and staged activations, else 1 (and 1
+    /// in every other plan).
+    pub teams: u32,
     /// Persistent grid: `min(items, SMs · blocks_per_sm)`.
     pub grid: u32,
     /// Pipeline stages (2..=[`geo::MAX_STAGES`]).
@@ -622,6 +626,7 @@ pub fn plan(
         stream: stream_grid.is_some(),
         k_slots: false,
         direct: false,
+        teams: 1,
         grid,
         stages,
         stage_tiles,

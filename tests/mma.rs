@@ -1195,6 +1195,69 @@ fn direct_variant_matches_the_f64_references() {
     eprintln!("direct-load variant: {i} cases match");
 }
 
+/// The direct-load variant with two teams per block (`Plan::teams`, taken
+/// where one team per block would crowd an SM: here forced by planning
+/// for 2 or 3 SMs) matches the f64 references and gives the one-team
+/// plan's outputs bit for bit (a group's warps are added in the same order
+/// whichever team runs it): k = 2..4, both dtypes, M = 1..8 (1, 4 and 8
+/// staged rows), K % 128 ≠ 0, partial groups, teams with unequal group
+/// counts and (N = 72 at M = 1) a block whose second team has no group.
+#[test]
+fn direct_teams_match_one_team_and_the_references() {
+    let Some(ctx) = common::gpu("direct_teams_match_one_team_and_the_references") else { return };
+    let mut rng = common::rng("direct_teams_match_one_team_and_the_references");
+    let mut i = 0usize;
+    for (k, n) in [(2080, 520), (96, 72), (8192, 4100), (160, 129), (4096, 2312)] {
+        for bits in 2..=4u32 {
+            for bf in [false, true] {
+                // Each shape at M = 1, 2, 4, 5, 8, 3: more groups than two
+                // blocks of one team on every SM, so two teams are taken;
+                // at M = 1 on 3 SMs an odd group count leaves the last
+                // block's second team without a group.
+                let m = [1, 2, 4, 5, 8, 3][i % 6];
+                let sms = if m == 1 { 3 } else { 2 };
+                i += 1;
+                let shape = Shape::new(n, k).unwrap();
+                let what = format!("direct teams M {m} K {k} N {n} k={bits} bf16={bf} sms {sms}");
+                let teams = MmaOptions { direct: Some(true), sm_count_override: Some(sms), ..MmaOptions::default() };
+                // As many SMs as groups: one team per block.
+                let one = MmaOptions { sm_count_override: Some(n.div_ceil(16) as u32), ..teams };
+                if bf {
+                    teams_case::<bf16>(&ctx, &mut rng, &what, m, shape, bits, teams, one);
+                } else {
+                    teams_case::<f16>(&ctx, &mut rng, &what, m, shape, bits, teams, one);
+                }
+            }
+        }
+    }
+    eprintln!("direct-load variant, two teams: {i} cases match");
+}
+
+/// One case of [`direct_teams_match_one_team_and_the_references`].
+#[allow(clippy::too_many_arguments)]
+fn teams_case<T: Element>(
+    ctx: &Context,
+    rng: &mut SmallRng,
+    what: &str,
+    m: usize,
+    shape: Shape,
+    bits: u32,
+    teams: MmaOptions,
+    one: MmaOptions,
+) {
+    let p = prepare::<T>(ctx, rng, shape.k, shape.n, bits);
+    let x: Vec<T> = common::uniform(rng, m * shape.k);
+    let xd = ctx.stream().clone_htod(&x).unwrap();
+    let (y, plan) = run(ctx, &xd, m, &p.dev, teams);
+    assert!(plan.direct && plan.teams == 2 && plan.grid <= 3, "{what}: {plan:?}");
+    assert_matches(what, &x, m, shape, &p, &y);
+    let (y1, plan1) = run(ctx, &xd, m, &p.dev, one);
+    assert!(plan1.direct && plan1.teams == 1, "{what}: {plan1:?}");
+    common::assert_bits_eq(&y, &y1, &format!("{what}: two teams against one"));
+    let (again, _) = run(ctx, &xd, m, &p.dev, teams);
+    common::assert_bits_eq(&again, &y, &format!("{what}: repeated call"));
+}
+
 /// The M ≤ 8 loop of the one-m-block, 128-column instances (k = 3, 4:
 /// activation rows 8-15 zeroed once at the start and read with
 /// `ldmatrix.x4`; k = 5: rows 0-7 with `ldmatrix.x2`) gives the rows of an

@@ -4,9 +4,12 @@
 //!
 //! No pipeline in shared memory: every lane loads the plane words and
 //! scale bytes of its own two quant blocks straight into registers, one
-//! step ahead of the one it multiplies. A block has [`THREADS`] = 512
-//! threads (16 warps) and walks 16-column groups `bid, bid + grid, …`;
-//! warp `w` takes the 128-wide K steps `w, w + 16, …` of every group.
+//! step ahead of the one it multiplies. A team of [`THREADS`] = 512
+//! threads (16 warps) walks 16-column groups `slot, slot + slots, …`;
+//! warp `w` of a team takes the 128-wide K steps `w, w + 16, …` of every
+//! group. A block holds one team (`slot = bid`, `slots = grid`) or two
+//! (team h: `slot = bid + h·grid`, `slots = 2·grid`) that share the table
+//! and the staged activations.
 //!
 //! # Lane map (one step: 16 columns × 4 quant blocks)
 //!
@@ -28,7 +31,7 @@
 //! # Shared memory
 //!
 //! ```text
-//! [ table | x | red 0 | red 1 ]
+//! [ table | x | red 0 | red 1 (| red 2 | red 3 with two teams) ]
 //! table: the pair table of [`table_mb`] (`mma::table_bytes(k, table_mb(k))`)
 //! x:     R activation rows (R = 1 at M = 1, 4 at M = 2..4, else 8) in
 //!        step order: for step s, 8-element chunk i2 of a block (0..4),
@@ -38,13 +41,14 @@
 //!        128s + 32t + 8·i2 .. + 8 (zero past K and for rows ≥ M), so
 //!        that one 16-byte load gives a lane the B registers of mmas
 //!        2·i2 and 2·i2 + 1
-//! red:   two buffers of [warp][lane] × 4 f32 (a group's accumulators;
-//!        groups alternate buffers, so one barrier per group suffices)
+//! red:   two buffers per team of [warp][lane] × 4 f32 (a group's
+//!        accumulators; a team's groups alternate buffers, so one team
+//!        barrier per group suffices)
 //! ```
 
 use crate::mma;
 
-/// Threads per block (16 warps).
+/// Threads of a team (16 warps); a block holds one or two teams.
 pub const THREADS: u32 = 512;
 /// Warps per block: the K slots of a group.
 pub const WARPS: u32 = THREADS / 32;
@@ -163,22 +167,27 @@ pub const fn x_place(e: u32) -> (u32, u32, u32, u32) {
 /// Bytes of one reduction buffer: 16 warps × 32 lanes × 4 f32.
 pub const RED_BYTES: u32 = WARPS * 32 * 16;
 
-/// Offset of reduction buffer `p` (0, 1).
+/// Offset of reduction buffer `p`: 0 and 1 for the first team (groups
+/// alternate between them), 2 and 3 for the second.
 #[inline(always)]
 pub const fn red_base(bits: u32, r: u32, k: u32, p: u32) -> u32 {
     x_base(bits) + x_bytes(r, k) + p * RED_BYTES
 }
 
-/// Dynamic shared memory of a launch.
+/// Dynamic shared memory of a launch with `teams` teams of [`WARPS`] warps
+/// per block (1 or 2): one table and one copy of the staged activations,
+/// two reduction buffers per team.
 ///
 /// ```
 /// use kbit_format::mma_direct::smem_bytes;
 /// // k = 4, one row, K = 8192: 32 KiB table + 16 KiB activations + 2 × 8 KiB.
-/// assert_eq!(smem_bytes(4, 1, 8192), 32768 + 16384 + 16384);
+/// assert_eq!(smem_bytes(4, 1, 8192, 1), 32768 + 16384 + 16384);
+/// // Eight rows, two teams: 32 KiB + 128 KiB + 4 × 8 KiB.
+/// assert_eq!(smem_bytes(4, 8, 8192, 2), 32768 + 131072 + 32768);
 /// ```
 #[inline(always)]
-pub const fn smem_bytes(bits: u32, r: u32, k: u32) -> u32 {
-    red_base(bits, r, k, 2)
+pub const fn smem_bytes(bits: u32, r: u32, k: u32, teams: u32) -> u32 {
+    red_base(bits, r, k, 2 * teams)
 }
 
 /// (row of x, column within the group) of accumulator register `i` (0..4)

@@ -17,14 +17,19 @@
 //!
 //! # Work mapping
 //!
-//! The grid is persistent: block b walks groups `b, b + grid, …` of 16
-//! columns; warp w takes the steps `w, w + 16, …` of each and accumulates
-//! them in one set of f32 registers. After a group each warp stores its
-//! accumulators to a reduction buffer, one block barrier, and one thread
-//! per output adds the 16 warps' values in warp order and rounds once to
-//! T (the order depends on nothing but the shape: the same bits on every
-//! call). Groups alternate between two buffers, so the next group's
-//! stores never meet this group's reads without the barrier between.
+//! The grid is persistent. A team of 16 warps walks groups `slot, slot +
+//! slots, …` of 16 columns; warp w of the team takes the steps `w, w + 16,
+//! …` of each and accumulates them in one set of f32 registers. A block
+//! holds one team (slot = block, slots = grid) or two (team h: slot =
+//! block + h·grid, slots = 2·grid), which share the pair table and the
+//! staged activations, so that an SM builds and stages them once. After a
+//! group each warp stores its accumulators to its team's reduction
+//! buffer, one team barrier (the block's, or named barrier 1 + h), and one
+//! thread per output adds the team's 16 warps' values in warp order and
+//! rounds once to T (the order depends on nothing but the shape: the same
+//! bits on every call and with either team count). A team's groups
+//! alternate between its two buffers, so the next group's stores never
+//! meet this group's reads without the barrier between.
 //!
 //! # Numerics
 //!
@@ -212,6 +217,7 @@ struct Walk {
     t: u32,
     w: u32,
     k_steps: u32,
+    slots: u32,
     x_lane: u32,
     step_bytes: u32,
     tbl: u32,
@@ -243,7 +249,7 @@ impl Walk {
         if sn < self.k_steps {
             unsafe { nxt.load_over(a, at, sn, self.t) };
         } else {
-            *at = at.advance(ptx::grid_dim());
+            *at = at.advance(self.slots);
             unsafe { nxt.load_over(a, at, self.w, self.t) };
         }
         unsafe { step_mma::<K, R, T>(&ready, self.x_lane + s * self.step_bytes, self.tbl, self.lanes, acc) };
@@ -266,7 +272,7 @@ const STAGE_ROWS: u32 = 4;
 /// `x` holds `m` rows of `k` values, 16-byte aligned; the block has
 /// [`dg::THREADS`] threads.
 #[inline(always)]
-unsafe fn stage_x<const R: u32>(xbase: u32, x: *const u16, m: u32, k: u32, tid: u32) {
+unsafe fn stage_x<const R: u32, const TEAMS: u32>(xbase: u32, x: *const u16, m: u32, k: u32, tid: u32) {
     let chunks = dg::steps(k) * (dg::STEP_K / 8);
     let mut c = tid;
     while c < chunks {
@@ -292,27 +298,32 @@ unsafe fn stage_x<const R: u32>(xbase: u32, x: *const u16, m: u32, k: u32, tid: 
                 });
             }
         });
-        c += dg::THREADS;
+        c += TEAMS * dg::THREADS;
     }
 }
 
-/// Body of the `kbit_mma_direct_k{K}_r{R}_{T}` kernels.
+/// Body of the `kbit_mma_direct_k{K}_r{R}_{T}` kernels (`TEAMS` = 1) and
+/// of the `kbit_mma_direct_teams_…` ones (`TEAMS` = 2: two teams of 16
+/// warps in one block share the table and the staged activations, so an
+/// SM builds and stages them once rather than once per block).
 ///
 /// # Safety
 /// The host validated every pointer and size in `a` (M ≤ R, or M = 1 with
-/// R = 1); the launch has [`dg::THREADS`] threads and
-/// `mma_direct::smem_bytes(K, R, k)` bytes of dynamic shared memory.
+/// R = 1); the launch has `TEAMS ·` [`dg::THREADS`] threads and
+/// `mma_direct::smem_bytes(K, R, k, TEAMS)` bytes of dynamic shared memory.
 #[inline(always)]
-pub unsafe fn run<const K: usize, const R: u32, T: MmaElem>(a: &Args) {
-    const { assert!(K >= 2 && K <= 5 && (R == 1 || R == 4 || R == 8)) };
+pub unsafe fn run<const K: usize, const R: u32, T: MmaElem, const TEAMS: u32>(a: &Args) {
+    const { assert!(K >= 2 && K <= 5 && (R == 1 || R == 4 || R == 8) && (TEAMS == 1 || TEAMS == 2)) };
     let tid = ptx::tid();
-    let (lane, w) = (tid & 31, tid >> 5);
+    let (lane, w) = (tid & 31, if TEAMS == 1 { tid >> 5 } else { (tid >> 5) % dg::WARPS });
+    let team = if TEAMS == 1 { 0 } else { tid / dg::THREADS };
     let (g, t) = (lane >> 2, lane & 3);
     let smem = ptx::smem_base();
     let tbl = smem;
     let xbase = smem + dg::x_base(K as u32);
     let (groups, k_steps) = (dg::groups(a.n), dg::steps(a.k));
-    let bid = ptx::bid();
+    // Team `team` of block b is group slot b + team · grid of TEAMS · grid.
+    let slot = ptx::bid() + team * ptx::grid_dim();
 
     // Codebook and the first step's weights before the wait (neither is
     // written by a kernel this launch may overlap), then the activations.
@@ -322,7 +333,7 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem>(a: &Args) {
         (true, true) => unsafe { fragment::load_table::<K, 1>(a.cb, tid) },
         (true, false) => unsafe { fragment::load_table::<K, PAIRS>(a.cb, tid) },
     };
-    let mut at = LaneBlocks::of(a, bid, g, t);
+    let mut at = LaneBlocks::of(a, slot, g, t);
     let mut blk = Blocks::<K>::ZERO;
     unsafe { blk.load_over(a, &at, w, t) };
     if table && K == 5 {
@@ -331,24 +342,25 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem>(a: &Args) {
         unsafe { fragment::store_table::<K, PAIRS, T>(tbl, &share, tid) };
     }
     ptx::after_producers();
-    unsafe { stage_x::<R>(xbase, a.x, a.m, a.k, tid) };
+    unsafe { stage_x::<R, TEAMS>(xbase, a.x, a.m, a.k, tid) };
     ptx::bar_sync();
 
     let walk = Walk {
         t,
         w,
         k_steps,
+        slots: TEAMS * ptx::grid_dim(),
         // This lane's quarter and activation row within a step's chunk.
         x_lane: xbase + dg::x_offset(R, 0, 0, t, g % R),
         step_bytes: dg::x_offset(R, 1, 0, 0, 0),
         tbl,
         lanes: geo::lane_bytes(lane, K as u32, dg::table_mb(K as u32)),
     };
-    // The block's groups bid + i·grid, i = 0, 1, …; i's parity picks the
-    // reduction buffer.
+    // The team's groups slot + i·slots, i = 0, 1, …; i's parity picks the
+    // team's reduction buffer.
     let mut i = 0;
     loop {
-        let group = bid + i * ptx::grid_dim();
+        let group = slot + i * walk.slots;
         if group >= groups {
             break;
         }
@@ -359,12 +371,18 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem>(a: &Args) {
             let cur = blk;
             s = unsafe { walk.step::<K, R, T>(a, &cur, &mut blk, &mut at, s, &mut acc) };
         }
-        let red = smem + dg::red_base(K as u32, R, a.k, i & 1);
         // (The thread index read again here: what derives from it is
         // recomputed per group rather than held through the steps.)
         let tid = ptx::tid_here();
+        let (team, tid) = if TEAMS == 1 { (0, tid) } else { (tid / dg::THREADS, tid % dg::THREADS) };
+        let red = smem + dg::red_base(K as u32, R, a.k, 2 * team + (i & 1));
         unsafe { ptx::st_shared_v4(red + 16 * tid, acc.map(f32::to_bits)) };
-        ptx::bar_sync();
+        if TEAMS == 1 {
+            ptx::bar_sync();
+        } else {
+            // Barrier 0 is the block's; team h waits on 1 + h.
+            ptx::bar_sync_named(1 + team, dg::THREADS);
+        }
         // One thread per output (x row, group column), warps added in order.
         let outs = a.m * dg::GROUP_COLS;
         if tid < outs {
