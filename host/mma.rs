@@ -81,6 +81,10 @@ pub struct MmaOptions {
     /// stages only); `Some(false)`: never it; `None`: the planner's choice.
     /// A forced `k_slots` rules it out.
     pub direct: Option<bool>,
+    /// Direct-load variant only: `Some(true)`: two teams of 16 warps per
+    /// block (k ≤ 4); `Some(false)`: one; `None`: the planner's choice
+    /// (two where one team per block crowds an SM and that measured faster).
+    pub teams: Option<bool>,
 }
 
 /// How one kernel instance runs on this device.
@@ -582,7 +586,16 @@ impl Context {
         let n_tiles = direct::groups(shape.n as u32);
         let grid1 = direct_grid(n_tiles, m, sms, resident1);
         let crowded = grid1 > sms || (resident1 == 1 && n_tiles > sms);
-        let teams = if direct_teams(bits, rows, k, crowded, resident1) { resident(2) } else { None };
+        let teams = match opts.teams {
+            Some(true) => Some(resident(2).ok_or_else(|| Error::SplitK {
+                what: "teams",
+                value: 2,
+                reason: "two teams per block run at k ≤ 4 within the block's shared memory only".into(),
+            })?),
+            Some(false) => None,
+            None if direct_teams(bits, rows, k, crowded, resident1) => resident(2),
+            None => None,
+        };
         let (teams, resident, smem, grid) = match teams {
             Some((r, smem)) => (2, r, smem, n_tiles.div_ceil(2).min(sms * r)),
             None => (1, resident1, smem1, grid1),

@@ -500,7 +500,7 @@ pub mod names {
     /// ```
     /// use kbit::module::names;
     /// let all = names::all();
-    /// assert_eq!((all.len(), all[0].as_str()), (410, "kbit_repack_k2"));
+    /// assert_eq!((all.len(), all[0].as_str()), (428, "kbit_repack_k2"));
     /// assert_eq!(all.iter().collect::<std::collections::HashSet<_>>().len(), all.len());
     /// assert!(!all.iter().any(|n| n.starts_with("kbit_wgmma_"))); // those are in the sm_90a module
     /// ```

@@ -951,6 +951,7 @@ fn check_case<T: Element>(ctx: &Context, rng: &mut SmallRng, c: &Case) {
         k_slots: None,
         // The pipelined kernel's plans: the direct-load variant has its own test.
         direct: Some(false),
+        teams: None,
     };
     if let Err(e @ Error::SplitK { what: "stage_tiles", .. }) = ctx.mma_plan(T::DTYPE, c.m, &p.dev, opts) {
         // Only where this GPU's shared memory holds fewer than two such stages.
@@ -1195,13 +1196,14 @@ fn direct_variant_matches_the_f64_references() {
     eprintln!("direct-load variant: {i} cases match");
 }
 
-/// The direct-load variant with two teams per block (`Plan::teams`, taken
-/// where one team per block would crowd an SM: here forced by planning
-/// for 2 or 3 SMs) matches the f64 references and gives the one-team
+/// The direct-load variant with two teams per block (`Plan::teams`,
+/// forced by `MmaOptions::teams`, on a plan for 2 or 3 SMs so that teams
+/// walk several groups) matches the f64 references and gives the one-team
 /// plan's outputs bit for bit (a group's warps are added in the same order
 /// whichever team runs it): k = 2..4, both dtypes, M = 1..8 (1, 4 and 8
 /// staged rows), K % 128 ≠ 0, partial groups, teams with unequal group
-/// counts and (N = 72 at M = 1) a block whose second team has no group.
+/// counts and (N = 72, 5 groups on 3 blocks) a block whose second team
+/// has no group. k = 5 (no two-team instance) is refused by name.
 #[test]
 fn direct_teams_match_one_team_and_the_references() {
     let Some(ctx) = common::gpu("direct_teams_match_one_team_and_the_references") else { return };
@@ -1210,25 +1212,30 @@ fn direct_teams_match_one_team_and_the_references() {
     for (k, n) in [(2080, 520), (96, 72), (8192, 4100), (160, 129), (4096, 2312)] {
         for bits in 2..=4u32 {
             for bf in [false, true] {
-                // Each shape at M = 1, 2, 4, 5, 8, 3: more groups than two
-                // blocks of one team on every SM, so two teams are taken;
-                // at M = 1 on 3 SMs an odd group count leaves the last
-                // block's second team without a group.
+                // Each shape at M = 1, 2, 4, 5, 8, 3.
                 let m = [1, 2, 4, 5, 8, 3][i % 6];
-                let sms = if m == 1 { 3 } else { 2 };
+                let sms = if n == 72 { 3 } else { 2 + (i % 2) as u32 };
                 i += 1;
                 let shape = Shape::new(n, k).unwrap();
                 let what = format!("direct teams M {m} K {k} N {n} k={bits} bf16={bf} sms {sms}");
-                let teams = MmaOptions { direct: Some(true), sm_count_override: Some(sms), ..MmaOptions::default() };
-                // As many SMs as groups: one team per block.
-                let one = MmaOptions { sm_count_override: Some(n.div_ceil(16) as u32), ..teams };
-                if bf {
-                    teams_case::<bf16>(&ctx, &mut rng, &what, m, shape, bits, teams, one);
+                let base = MmaOptions { direct: Some(true), sm_count_override: Some(sms), ..MmaOptions::default() };
+                let (two, one) = (MmaOptions { teams: Some(true), ..base }, MmaOptions { teams: Some(false), ..base });
+                let plan = if bf {
+                    teams_case::<bf16>(&ctx, &mut rng, &what, m, shape, bits, two, one)
                 } else {
-                    teams_case::<f16>(&ctx, &mut rng, &what, m, shape, bits, teams, one);
+                    teams_case::<f16>(&ctx, &mut rng, &what, m, shape, bits, two, one)
+                };
+                if n == 72 {
+                    assert!(2 * plan.grid > plan.n_tiles, "{what}: a team without a group: {plan:?}");
                 }
             }
         }
+    }
+    let p = prepare::<f16>(&ctx, &mut rng, 256, 64, 5);
+    let opts = MmaOptions { direct: Some(true), teams: Some(true), ..MmaOptions::default() };
+    match ctx.mma_plan(kbit::Dtype::F16, 1, &p.dev, opts) {
+        Err(Error::SplitK { what: "teams", .. }) => {}
+        other => panic!("k = 5 with two teams forced: {other:?}"),
     }
     eprintln!("direct-load variant, two teams: {i} cases match");
 }
@@ -1244,7 +1251,7 @@ fn teams_case<T: Element>(
     bits: u32,
     teams: MmaOptions,
     one: MmaOptions,
-) {
+) -> kbit::Plan {
     let p = prepare::<T>(ctx, rng, shape.k, shape.n, bits);
     let x: Vec<T> = common::uniform(rng, m * shape.k);
     let xd = ctx.stream().clone_htod(&x).unwrap();
@@ -1256,6 +1263,7 @@ fn teams_case<T: Element>(
     common::assert_bits_eq(&y, &y1, &format!("{what}: two teams against one"));
     let (again, _) = run(ctx, &xd, m, &p.dev, teams);
     common::assert_bits_eq(&again, &y, &format!("{what}: repeated call"));
+    plan
 }
 
 /// The M ≤ 8 loop of the one-m-block, 128-column instances (k = 3, 4:
@@ -1316,6 +1324,7 @@ fn mma_gemm_is_deterministic_across_interleaved_plans() {
             tile_rows: None,
             k_slots: None,
             direct: None,
+            teams: None,
         };
         for opts in [max, MmaOptions::default(), three_of_5] {
             let (y2, _) = run(&ctx, &xb, 9, &b.dev, opts);
@@ -1757,6 +1766,7 @@ fn wgmma_split_k_matches_the_f64_references_on_every_plan() {
                             tile_rows: rows,
                             k_slots: None,
                             direct: None,
+                            teams: None,
                         };
                         let mut y = ctx.stream().clone_htod(&vec![<$t>::NAN; m * n]).unwrap();
                         let plan = ctx.wgmma_gemm_with(&xd, m, &p.dev, &mut y, opts).unwrap();

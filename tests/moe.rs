@@ -261,6 +261,7 @@ fn grouped_mma_matches_dense_mma_per_expert() {
             tile_rows: None,
             k_slots: None,
             direct: None,
+            teams: None,
         };
         if i % 2 == 0 {
             grouped_case::<f16>(&ctx, &mut rng, &case, rows, max_m, opts);
