@@ -1073,10 +1073,18 @@ fn mma_gemm_matches_the_f64_references() {
     eprintln!("mma_gemm: {} cases match", cs.len());
 }
 
+/// What [`forced_run`] leaves for further calls on the same data.
+struct ForcedRun<T: Element> {
+    weight: kbit::KbitWeight,
+    x: cudarc::driver::CudaSlice<T>,
+    y: Vec<T>,
+    plan: kbit::Plan,
+}
+
 /// One call of `m` rows under `opts` (a forced variant) on fresh data,
 /// checked against the references and repeated (identical bits); returns
-/// its plan.
-fn forced_case<T: Element>(
+/// its plan with the weight, activations and output for further calls.
+fn forced_run<T: Element>(
     ctx: &Context,
     rng: &mut SmallRng,
     what: &str,
@@ -1084,7 +1092,7 @@ fn forced_case<T: Element>(
     shape: Shape,
     bits: u32,
     opts: MmaOptions,
-) -> kbit::Plan {
+) -> ForcedRun<T> {
     let p = prepare::<T>(ctx, rng, shape.k, shape.n, bits);
     let x: Vec<T> = common::uniform(rng, m * shape.k);
     let xd = ctx.stream().clone_htod(&x).unwrap();
@@ -1092,7 +1100,7 @@ fn forced_case<T: Element>(
     assert_matches(what, &x, m, shape, &p, &y);
     let (again, _) = run(ctx, &xd, m, &p.dev, opts);
     common::assert_bits_eq(&again, &y, &format!("{what}: repeated call"));
-    plan
+    ForcedRun { weight: p.dev, x: xd, y, plan }
 }
 
 /// The K-slot variant (`MmaOptions::k_slots`), forced on every k, both
@@ -1119,9 +1127,9 @@ fn kslots_variant_matches_the_f64_references() {
                 let what = format!("K-slot M {m} K {k} N {n} k={bits} bf16={bf}");
                 let opts = MmaOptions { k_slots: Some(true), ..MmaOptions::default() };
                 let plan = if bf {
-                    forced_case::<bf16>(&ctx, &mut rng, &what, m, shape, bits, opts)
+                    forced_run::<bf16>(&ctx, &mut rng, &what, m, shape, bits, opts).plan
                 } else {
-                    forced_case::<f16>(&ctx, &mut rng, &what, m, shape, bits, opts)
+                    forced_run::<f16>(&ctx, &mut rng, &what, m, shape, bits, opts).plan
                 };
                 assert!(plan.k_slots && plan.splits == 1 && plan.workspace_f32 == 0, "{what}: {plan:?}");
                 assert_eq!(plan.grid as usize, n.div_ceil(plan.tile.tile_n as usize), "{what}: {plan:?}");
@@ -1176,9 +1184,9 @@ fn direct_variant_matches_the_f64_references() {
                 let what = format!("direct M {m} K {k} N {n} k={bits} bf16={bf}");
                 let opts = MmaOptions { direct: Some(true), ..MmaOptions::default() };
                 let plan = if bf {
-                    forced_case::<bf16>(&ctx, &mut rng, &what, m, shape, bits, opts)
+                    forced_run::<bf16>(&ctx, &mut rng, &what, m, shape, bits, opts).plan
                 } else {
-                    forced_case::<f16>(&ctx, &mut rng, &what, m, shape, bits, opts)
+                    forced_run::<f16>(&ctx, &mut rng, &what, m, shape, bits, opts).plan
                 };
                 assert!(
                     plan.direct && !plan.k_slots && plan.splits == 1 && plan.workspace_f32 == 0,
@@ -1221,9 +1229,11 @@ fn direct_teams_match_one_team_and_the_references() {
                 let base = MmaOptions { direct: Some(true), sm_count_override: Some(sms), ..MmaOptions::default() };
                 let (two, one) = (MmaOptions { teams: Some(true), ..base }, MmaOptions { teams: Some(false), ..base });
                 let plan = if bf {
-                    teams_case::<bf16>(&ctx, &mut rng, &what, m, shape, bits, two, one)
+                    let r = forced_run::<bf16>(&ctx, &mut rng, &what, m, shape, bits, two);
+                    one_team_agrees(&ctx, &what, m, r, one)
                 } else {
-                    teams_case::<f16>(&ctx, &mut rng, &what, m, shape, bits, two, one)
+                    let r = forced_run::<f16>(&ctx, &mut rng, &what, m, shape, bits, two);
+                    one_team_agrees(&ctx, &what, m, r, one)
                 };
                 if n == 72 {
                     assert!(2 * plan.grid > plan.n_tiles, "{what}: a team without a group: {plan:?}");
@@ -1240,30 +1250,15 @@ fn direct_teams_match_one_team_and_the_references() {
     eprintln!("direct-load variant, two teams: {i} cases match");
 }
 
-/// One case of [`direct_teams_match_one_team_and_the_references`].
-#[allow(clippy::too_many_arguments)]
-fn teams_case<T: Element>(
-    ctx: &Context,
-    rng: &mut SmallRng,
-    what: &str,
-    m: usize,
-    shape: Shape,
-    bits: u32,
-    teams: MmaOptions,
-    one: MmaOptions,
-) -> kbit::Plan {
-    let p = prepare::<T>(ctx, rng, shape.k, shape.n, bits);
-    let x: Vec<T> = common::uniform(rng, m * shape.k);
-    let xd = ctx.stream().clone_htod(&x).unwrap();
-    let (y, plan) = run(ctx, &xd, m, &p.dev, teams);
-    assert!(plan.direct && plan.teams == 2 && plan.grid <= 3, "{what}: {plan:?}");
-    assert_matches(what, &x, m, shape, &p, &y);
-    let (y1, plan1) = run(ctx, &xd, m, &p.dev, one);
+/// The rest of a case of [`direct_teams_match_one_team_and_the_references`]:
+/// `r` ran two teams (checked against the references); `one` on the same
+/// data gives the same bits.
+fn one_team_agrees<T: Element>(ctx: &Context, what: &str, m: usize, r: ForcedRun<T>, one: MmaOptions) -> kbit::Plan {
+    assert!(r.plan.direct && r.plan.teams == 2 && r.plan.grid <= 3, "{what}: {:?}", r.plan);
+    let (y1, plan1) = run(ctx, &r.x, m, &r.weight, one);
     assert!(plan1.direct && plan1.teams == 1, "{what}: {plan1:?}");
-    common::assert_bits_eq(&y, &y1, &format!("{what}: two teams against one"));
-    let (again, _) = run(ctx, &xd, m, &p.dev, teams);
-    common::assert_bits_eq(&again, &y, &format!("{what}: repeated call"));
-    plan
+    common::assert_bits_eq(&r.y, &y1, &format!("{what}: two teams against one"));
+    r.plan
 }
 
 /// The M ≤ 8 loop of the one-m-block, 128-column instances (k = 3, 4:
