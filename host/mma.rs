@@ -408,7 +408,8 @@ fn direct_preferred(m: usize, shape: Shape) -> bool {
 /// groups than SMs), the staged rows of a block are at least 32 KiB, and
 /// either eight rows are staged or k = 4, except k = 2 where one team's
 /// shared memory already holds an SM to one block (`resident1`).
-/// Measured on an H200 (A/B in one run, `bench-results/NOTES.md`):
+/// Measured on an H200 (A/B in one run,
+/// `bench-results/nvidia-h200-2026-11-29-direct-teams-ab.md`):
 /// Llama-3-70B M = 2..4 k = 4 49.2–49.7 → 45.0–45.4 µs, M = 5..8 k = 3 /
 /// 4 −5 to −9 %; Llama-3-8B M = 5..8 −3 to −10 %, M = 2..4 k = 4 −0.5 to
 /// −2 %; GLM shared (K = 2048) at M = 5..8 −9 to −12 %; Qwen3 `gateup` at

@@ -50,7 +50,7 @@ use crate::mma;
 
 /// Threads of a team (16 warps); a block holds one or two teams.
 pub const THREADS: u32 = 512;
-/// Warps per block: the K slots of a group.
+/// Warps per team: the K slots of a group.
 pub const WARPS: u32 = THREADS / 32;
 /// Output columns of a group (the 16 rows of the swapped mma's A).
 pub const GROUP_COLS: u32 = 16;
