@@ -270,7 +270,7 @@ const STAGE_ROWS: u32 = 4;
 ///
 /// # Safety
 /// `x` holds `m` rows of `k` values, 16-byte aligned; the block has
-/// [`dg::THREADS`] threads.
+/// `TEAMS ·` [`dg::THREADS`] threads, all of which call this.
 #[inline(always)]
 unsafe fn stage_x<const R: u32, const TEAMS: u32>(xbase: u32, x: *const u16, m: u32, k: u32, tid: u32) {
     let chunks = dg::steps(k) * (dg::STEP_K / 8);
