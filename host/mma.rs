@@ -35,8 +35,8 @@ use crate::device::dptr;
 use crate::launch;
 use crate::mid_m;
 use crate::module::{
-    MMA_GROUPED_TILE_N, MMA_M_BLOCKS, MMA_STREAM, MMA_TILE_N, mma_direct_slot, mma_grouped_slot, mma_kslots_slot,
-    mma_slot, names,
+    MMA_GROUPED_TILE_N, MMA_M_BLOCKS, MMA_STREAM, MMA_TILE_N, mma_direct_early_slot, mma_direct_slot, mma_grouped_slot,
+    mma_kslots_slot, mma_slot, names,
 };
 use crate::splitk::{self, Limits, Plan, Splits, TileConfig};
 use crate::weight::check_len;
@@ -85,6 +85,11 @@ pub struct MmaOptions {
     /// block (k ≤ 4); `Some(false)`: one; `None`: the planner's choice
     /// (two where one team per block crowds an SM and that measured faster).
     pub teams: Option<bool>,
+    /// Direct-load variant only: `Some(true)`: one team whose warps decode
+    /// half of their first step before the grid-dependency wait (k ≤ 4,
+    /// M ≤ 4); `Some(false)`: never; `None`: the planner's choice (where the
+    /// next call's blocks can wait resident beside this call's).
+    pub early_decode: Option<bool>,
 }
 
 /// How one kernel instance runs on this device.
@@ -425,6 +430,27 @@ fn direct_teams(bits: u32, rows: u32, k: u32, crowded: bool, resident1: u32) -> 
     crowded && staged_big && form && !(bits == 2 && resident1 == 1)
 }
 
+/// Whether a one-team direct-load plan decodes half of each warp's first
+/// step before the grid-dependency wait (`rows` staged rows, `groups`
+/// groups on `grid` blocks, K = `k`, `resident` blocks per SM): (a) at
+/// four staged rows where every block has one group and its SM room for
+/// the next call's block; (b) where every warp has one step per group
+/// (K of 16 steps) and every block two groups or more. Either way the next
+/// call's blocks wait resident while this call's end, and spend that
+/// time on the decode. Measured on an H200 (A/B in one run,
+/// `bench-results/nvidia-h200-2026-11-29-early-decode-ab.md`): (a) `kv`
+/// M = 2, 4 −6 to −12 %, `o` −4 to −10 % at k = 3, 4, `down` −2 to
+/// −4 %; (b) GLM shared −7 to −14 % at M = 1..4, 2048×8448 −1 to −6 %,
+/// `q` at M = 2, 4 and k = 3, 4 −2 to −7 % (k = 2 +3 %). Not taken: one
+/// staged row with one group per block (`o`, `down`, `kv` at M = 1: +1 to
+/// +4 %), fewer than 16 steps (1024×16384 up to +3 %), eight staged rows
+/// (no instance: 65 registers).
+fn direct_early(rows: u32, groups: u32, grid: u32, k: u32, sms: u32, resident: u32) -> bool {
+    let one_group_each = rows == 4 && grid == groups && grid <= sms && resident >= 2;
+    let one_step_groups = direct::steps(k) == direct::WARPS && groups >= 2 * grid;
+    one_group_each || one_step_groups
+}
+
 /// The grid of a direct-load plan: `groups` 16-column groups for `m` rows
 /// on `sms` SMs that hold `resident` blocks each. One block per group
 /// while they fit at once; past that, the persistent grid of all resident
@@ -475,6 +501,7 @@ fn whole_k_plan(m: usize, shape: Shape, tile: TileConfig, n_tiles: u32, smem_byt
         k_slots: false,
         direct: false,
         teams: 1,
+        early_decode: false,
         grid: n_tiles,
         stages: 1,
         stage_tiles: 1,
@@ -601,8 +628,28 @@ impl Context {
             Some((r, smem)) => (2, r, smem, n_tiles.div_ceil(2).min(sms * r)),
             None => (1, resident1, smem1, grid1),
         };
+        let early_exists = mma_direct_early_slot(bits, rows, dtype).is_some();
+        let early_decode = match opts.early_decode {
+            Some(true) if teams == 1 && early_exists => true,
+            Some(true) => {
+                return Err(Error::SplitK {
+                    what: "early_decode",
+                    value: 1,
+                    reason: "early decode runs with one team, k ≤ 4 and M ≤ 4 only".into(),
+                });
+            }
+            Some(false) => false,
+            None => teams == 1 && early_exists && direct_early(rows, n_tiles, grid, k, sms, resident),
+        };
         let tile = TileConfig { m_blocks: 1, tile_n: direct::GROUP_COLS, tile_slots: 1, blocks_per_sm: resident };
-        Ok(Plan { direct: true, teams, grid, stage_tiles: 2, ..whole_k_plan(m, shape, tile, n_tiles, smem) })
+        Ok(Plan {
+            direct: true,
+            teams,
+            early_decode,
+            grid,
+            stage_tiles: 2,
+            ..whole_k_plan(m, shape, tile, n_tiles, smem)
+        })
     }
 
     /// The direct-load plan a call runs, if any: forced by `opts.direct`
@@ -745,7 +792,12 @@ impl Context {
             let (m, n, k) = (plan.m, plan.n, plan.k);
             let mut args = launch::args![xp, pp, sp, cp, yp, m, n, k];
             let rows = direct::rows(m);
-            let idx = mma_direct_slot(w.bits(), rows, T::DTYPE, plan.teams).expect("planned instance exists");
+            let idx = if plan.early_decode {
+                mma_direct_early_slot(w.bits(), rows, T::DTYPE)
+            } else {
+                mma_direct_slot(w.bits(), rows, T::DTYPE, plan.teams)
+            };
+            let idx = idx.expect("planned instance exists");
             let f = &self.kernels.mma_direct[idx].0;
             unsafe { self.launch_units(f, &plan, 1, plan.teams * direct::THREADS, &mut args) }?;
             return Ok(plan);
@@ -963,6 +1015,25 @@ mod tests {
         assert_eq!(direct_grid(320, 4, 132, 2), 264);
         assert_eq!(direct_grid(256, 4, 132, 1), 132);
         assert_eq!(direct_grid(0, 4, 0, 0), 0);
+    }
+
+    #[test]
+    fn direct_early_where_measured_faster() {
+        // (a) Four staged rows, one group per block, two blocks per SM fit:
+        // `o` / `kv` at M = 2..4 on 132 SMs; not at one row, not crowded.
+        assert!(direct_early(4, 128, 128, 4096, 132, 2));
+        assert!(direct_early(4, 32, 32, 2048, 132, 2));
+        assert!(!direct_early(1, 128, 128, 4096, 132, 2));
+        assert!(!direct_early(4, 128, 128, 4096, 132, 1));
+        assert!(!direct_early(4, 320, 264, 2048, 132, 2));
+        // (b) K = 2048 (16 steps) with two groups or more per block: GLM
+        // shared, `q` at M = 2..4; not at 1024 (8 steps) or 4096 (32).
+        assert!(direct_early(1, 640, 264, 2048, 132, 2));
+        assert!(direct_early(4, 256, 128, 2048, 132, 2));
+        assert!(direct_early(1, 640, 264, 1921, 132, 2));
+        assert!(!direct_early(1, 1024, 264, 1024, 132, 2));
+        assert!(!direct_early(1, 896, 264, 4096, 132, 2));
+        assert!(!direct_early(1, 320, 264, 2048, 132, 2));
     }
 
     #[test]

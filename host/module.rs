@@ -152,6 +152,22 @@ pub(crate) const MMA_DIRECT_ROWS: [u32; 3] = [1, 4, 8];
 /// the 64 registers of 1024 threads).
 pub(crate) const MMA_DIRECT_TEAM_BITS: [u32; 3] = [2, 3, 4];
 
+/// Staged row counts with direct-load instances that decode their first
+/// step early (eight rows take more than 64 registers there).
+pub(crate) const MMA_DIRECT_EARLY_ROWS: [u32; 2] = [1, 4];
+
+/// Position of a direct-load mma kernel that decodes its first step before
+/// the release in [`Kernels::mma_direct`] (after the one- and two-team
+/// instances); `None` outside [`MMA_DIRECT_TEAM_BITS`] and
+/// [`MMA_DIRECT_EARLY_ROWS`].
+pub(crate) fn mma_direct_early_slot(bits: u32, rows: u32, dtype: Dtype) -> Option<usize> {
+    let d = MMA_DTYPES.iter().position(|&x| x == dtype)?;
+    let r = MMA_DIRECT_EARLY_ROWS.iter().position(|&x| x == rows)?;
+    let b = MMA_DIRECT_TEAM_BITS.iter().position(|&x| x == bits)?;
+    let base = (BITS.len() + MMA_DIRECT_TEAM_BITS.len()) * MMA_DIRECT_ROWS.len() * MMA_DTYPES.len();
+    Some(base + (b * MMA_DIRECT_EARLY_ROWS.len() + r) * MMA_DTYPES.len() + d)
+}
+
 /// Position of a direct-load mma kernel with `teams` teams per block in
 /// [`Kernels::mma_direct`] (the one-team instances, then the two-team
 /// ones); `None` for f32, a row count outside [`MMA_DIRECT_ROWS`], or two
@@ -317,13 +333,26 @@ pub mod names {
         let teams = if teams == 2 { "teams_" } else { "" };
         format!("kbit_mma_direct_{teams}k{bits}_r{rows}_{}", dtype.name())
     }
+    /// `kbit_mma_direct_early_k{bits}_r{rows}_{dtype}`: the one-team
+    /// direct-load kernel whose warps decode half of their first step
+    /// before the release (k ≤ 4, one or four staged rows).
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// assert_eq!(names::mma_direct_early(4, 1, Dtype::F16), "kbit_mma_direct_early_k4_r1_f16");
+    /// ```
+    pub fn mma_direct_early(bits: u32, rows: u32, dtype: Dtype) -> String {
+        format!("kbit_mma_direct_early_k{bits}_r{rows}_{}", dtype.name())
+    }
     /// Every direct-load mma entry point, in the kernel table's order: one
-    /// team at every k, then two teams at k ≤ 4.
+    /// team at every k, then two teams at k ≤ 4, then the early-decode
+    /// instances.
     ///
     /// ```
     /// use kbit::{Dtype, module::names};
     /// let all = names::all_mma_direct();
-    /// assert_eq!((all.len(), all[0].as_str()), (42, "kbit_mma_direct_k2_r1_f16"));
+    /// assert_eq!((all.len(), all[0].as_str()), (54, "kbit_mma_direct_k2_r1_f16"));
+    /// assert_eq!(all[42], names::mma_direct_early(2, 1, Dtype::F16));
     /// assert_eq!(all[3], names::mma_direct(2, 4, Dtype::Bf16, 1));
     /// assert_eq!(all[24], names::mma_direct(2, 1, Dtype::F16, 2));
     /// ```
@@ -336,6 +365,13 @@ pub mod names {
                     for d in super::MMA_DTYPES {
                         v.push(mma_direct(bits, r, d, teams));
                     }
+                }
+            }
+        }
+        for bits in super::MMA_DIRECT_TEAM_BITS {
+            for r in super::MMA_DIRECT_EARLY_ROWS {
+                for d in super::MMA_DTYPES {
+                    v.push(mma_direct_early(bits, r, d));
                 }
             }
         }
@@ -500,7 +536,7 @@ pub mod names {
     /// ```
     /// use kbit::module::names;
     /// let all = names::all();
-    /// assert_eq!((all.len(), all[0].as_str()), (428, "kbit_repack_k2"));
+    /// assert_eq!((all.len(), all[0].as_str()), (440, "kbit_repack_k2"));
     /// assert_eq!(all.iter().collect::<std::collections::HashSet<_>>().len(), all.len());
     /// assert!(!all.iter().any(|n| n.starts_with("kbit_wgmma_"))); // those are in the sm_90a module
     /// ```

@@ -131,6 +131,9 @@ pub struct Plan {
     /// teams share one block's table and staged activations, else 1 (and 1
     /// in every other plan).
     pub teams: u32,
+    /// Direct-load variant, one team: the warps decode half of their first
+    /// step before the grid-dependency wait (`kbit_mma_direct_early_*`).
+    pub early_decode: bool,
     /// Persistent grid: `min(items, SMs · blocks_per_sm)`.
     pub grid: u32,
     /// Pipeline stages (2..=[`geo::MAX_STAGES`]).
@@ -627,6 +630,7 @@ pub fn plan(
         k_slots: false,
         direct: false,
         teams: 1,
+        early_decode: false,
         grid,
         stages,
         stage_tiles,

@@ -952,6 +952,7 @@ fn check_case<T: Element>(ctx: &Context, rng: &mut SmallRng, c: &Case) {
         // The pipelined kernel's plans: the direct-load variant has its own test.
         direct: Some(false),
         teams: None,
+        early_decode: None,
     };
     if let Err(e @ Error::SplitK { what: "stage_tiles", .. }) = ctx.mma_plan(T::DTYPE, c.m, &p.dev, opts) {
         // Only where this GPU's shared memory holds fewer than two such stages.
@@ -1250,6 +1251,66 @@ fn direct_teams_match_one_team_and_the_references() {
     eprintln!("direct-load variant, two teams: {i} cases match");
 }
 
+/// The direct-load variant whose warps decode half of their first step
+/// before the grid-dependency wait (`MmaOptions::early_decode`, forced)
+/// matches the f64 references and gives the plain one-team plan's outputs
+/// bit for bit (the same sums in the same order): k = 2..4, both dtypes,
+/// M = 1..4 (one and four staged rows), K % 128 ≠ 0, K with fewer steps
+/// than warps, partial groups, plans for 2 or 3 SMs (blocks walk several
+/// groups; the first one's first step comes early) and for the device.
+/// Eight staged rows and k = 5 are refused by name.
+#[test]
+fn direct_early_decode_matches_the_plain_variant() {
+    let Some(ctx) = common::gpu("direct_early_decode_matches_the_plain_variant") else { return };
+    let mut rng = common::rng("direct_early_decode_matches_the_plain_variant");
+    let mut i = 0usize;
+    for (k, n) in [(4096, 2048), (5120, 2048), (2080, 520), (96, 72), (8192, 4100), (160, 129)] {
+        for bits in 2..=4u32 {
+            for bf in [false, true] {
+                let m = [1, 2, 4, 3][i % 4];
+                let sms = if i % 3 == 0 { None } else { Some(2 + (i % 2) as u32) };
+                i += 1;
+                let shape = Shape::new(n, k).unwrap();
+                let what = format!("direct early M {m} K {k} N {n} k={bits} bf16={bf} sms {sms:?}");
+                let base = MmaOptions {
+                    direct: Some(true),
+                    teams: Some(false),
+                    sm_count_override: sms,
+                    ..MmaOptions::default()
+                };
+                let early = MmaOptions { early_decode: Some(true), ..base };
+                let plain = MmaOptions { early_decode: Some(false), ..base };
+                if bf {
+                    let r = forced_run::<bf16>(&ctx, &mut rng, &what, m, shape, bits, early);
+                    plain_agrees(&ctx, &what, m, r, plain);
+                } else {
+                    let r = forced_run::<f16>(&ctx, &mut rng, &what, m, shape, bits, early);
+                    plain_agrees(&ctx, &what, m, r, plain);
+                }
+            }
+        }
+    }
+    let opts = MmaOptions { direct: Some(true), early_decode: Some(true), ..MmaOptions::default() };
+    for (bits, m) in [(5, 1), (4, 5)] {
+        let p = prepare::<f16>(&ctx, &mut rng, 256, 64, bits);
+        match ctx.mma_plan(kbit::Dtype::F16, m, &p.dev, opts) {
+            Err(Error::SplitK { what: "early_decode", .. }) => {}
+            other => panic!("early decode forced at k = {bits}, M = {m}: {other:?}"),
+        }
+    }
+    eprintln!("direct-load variant, early decode: {i} cases match");
+}
+
+/// The rest of a case of [`direct_early_decode_matches_the_plain_variant`]:
+/// `r` decoded early (checked against the references); `plain` on the same
+/// data gives the same bits.
+fn plain_agrees<T: Element>(ctx: &Context, what: &str, m: usize, r: ForcedRun<T>, plain: MmaOptions) {
+    assert!(r.plan.direct && r.plan.early_decode && r.plan.teams == 1, "{what}: {:?}", r.plan);
+    let (y1, plan1) = run(ctx, &r.x, m, &r.weight, plain);
+    assert!(plan1.direct && !plan1.early_decode, "{what}: {plan1:?}");
+    common::assert_bits_eq(&r.y, &y1, &format!("{what}: early decode against plain"));
+}
+
 /// The rest of a case of [`direct_teams_match_one_team_and_the_references`]:
 /// `r` ran two teams (checked against the references); `one` on the same
 /// data gives the same bits.
@@ -1320,6 +1381,7 @@ fn mma_gemm_is_deterministic_across_interleaved_plans() {
             k_slots: None,
             direct: None,
             teams: None,
+            early_decode: None,
         };
         for opts in [max, MmaOptions::default(), three_of_5] {
             let (y2, _) = run(&ctx, &xb, 9, &b.dev, opts);
@@ -1762,6 +1824,7 @@ fn wgmma_split_k_matches_the_f64_references_on_every_plan() {
                             k_slots: None,
                             direct: None,
                             teams: None,
+                            early_decode: None,
                         };
                         let mut y = ctx.stream().clone_htod(&vec![<$t>::NAN; m * n]).unwrap();
                         let plan = ctx.wgmma_gemm_with(&xd, m, &p.dev, &mut y, opts).unwrap();

@@ -262,6 +262,7 @@ fn grouped_mma_matches_dense_mma_per_expert() {
             k_slots: None,
             direct: None,
             teams: None,
+            early_decode: None,
         };
         if i % 2 == 0 {
             grouped_case::<f16>(&ctx, &mut rng, &case, rows, max_m, opts);

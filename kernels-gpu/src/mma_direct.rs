@@ -31,6 +31,16 @@
 //! alternate between its two buffers, so the next group's stores never
 //! meet this group's reads without the barrier between.
 //!
+//! # Early decode
+//!
+//! The `kbit_mma_direct_early_…` instances (`EARLY`, one team, k ≤ 4, one
+//! or four staged rows) decode half of each warp's first step (the a
+//! registers of mmas `2q`) before the grid-dependency wait, after one
+//! block barrier that publishes the table, and load the warp's next item
+//! there too: where a call's blocks wait resident beside the previous
+//! call's, that work leaves the path after the release. The mmas run in
+//! the same order on the same values: the same bits as the plain instance.
+//!
 //! # Numerics
 //!
 //! Each weight is `T(T(cb) · T(amax))` and the products are summed in f32
@@ -211,6 +221,31 @@ unsafe fn step_mma<const K: usize, const R: u32, T: MmaElem>(
     });
 }
 
+/// The A registers of half `odd` of one step's mmas (mmas `2q + odd`,
+/// q = 0..4, as [`step_mma`] builds them), decoded ahead of the step's
+/// activations.
+///
+/// # Safety
+/// As [`Ready::weights`].
+#[inline(always)]
+unsafe fn decode_half<const K: usize, T: MmaElem>(w: &Ready<K>, odd: u32, tbl: u32, lanes: u32) -> [[u32; 4]; 4] {
+    let [t0, t2] = dg::two_t(odd);
+    let f = |j: usize, two_t: u32| unsafe { w.weights::<T>(j, two_t / 2, tbl, lanes) };
+    let (a0, a1, a2, a3) = (f(0, t0), f(1, t0), f(0, t2), f(1, t2));
+    core::array::from_fn(|q| [a0[q], a1[q], a2[q], a3[q]])
+}
+
+/// Multiplies half `odd` of a step decoded by [`decode_half`] with its
+/// staged activations at `xs` into `acc`, in [`step_mma`]'s order (the same
+/// sums when half 0 goes first): mma `2q + odd` takes half `odd` of chunk q.
+#[inline(always)]
+unsafe fn half_mma<const R: u32, T: MmaElem>(a: &[[u32; 4]; 4], odd: u32, xs: u32, acc: &mut [f32; 4]) {
+    unrolled!(4, q => {
+        let b = unsafe { ptx::ld_shared_v2(xs + 64 * R * q as u32 + 8 * odd) };
+        *acc = T::mma(a[q], b, *acc);
+    });
+}
+
 /// What a warp's steps share: the lane's place, the step count and the
 /// shared-memory addresses.
 struct Walk {
@@ -302,18 +337,20 @@ unsafe fn stage_x<const R: u32, const TEAMS: u32>(xbase: u32, x: *const u16, m: 
     }
 }
 
-/// Body of the `kbit_mma_direct_k{K}_r{R}_{T}` kernels (`TEAMS` = 1) and
-/// of the `kbit_mma_direct_teams_…` ones (`TEAMS` = 2: two teams of 16
-/// warps in one block share the table and the staged activations, so an
-/// SM builds and stages them once rather than once per block).
+/// Body of the `kbit_mma_direct_k{K}_r{R}_{T}` kernels (`TEAMS` = 1), of
+/// the `kbit_mma_direct_teams_…` ones (`TEAMS` = 2: two teams of 16 warps
+/// in one block share the table and the staged activations, so an SM
+/// builds and stages them once rather than once per block) and of the
+/// `kbit_mma_direct_early_…` ones (`EARLY`: see the module docs).
 ///
 /// # Safety
 /// The host validated every pointer and size in `a` (M ≤ R, or M = 1 with
 /// R = 1); the launch has `TEAMS ·` [`dg::THREADS`] threads and
 /// `mma_direct::smem_bytes(K, R, k, TEAMS)` bytes of dynamic shared memory.
 #[inline(always)]
-pub unsafe fn run<const K: usize, const R: u32, T: MmaElem, const TEAMS: u32>(a: &Args) {
+pub unsafe fn run<const K: usize, const R: u32, T: MmaElem, const TEAMS: u32, const EARLY: bool>(a: &Args) {
     const { assert!(K >= 2 && K <= 5 && (R == 1 || R == 4 || R == 8) && (TEAMS == 1 || TEAMS == 2)) };
+    const { assert!(!EARLY || (TEAMS == 1 && K <= 4)) };
     let tid = ptx::tid();
     let (lane, w) = (tid & 31, if TEAMS == 1 { tid >> 5 } else { (tid >> 5) % dg::WARPS });
     let team = if TEAMS == 1 { 0 } else { tid / dg::THREADS };
@@ -341,6 +378,28 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem, const TEAMS: u32>(a:
     } else if table {
         unsafe { fragment::store_table::<K, PAIRS, T>(tbl, &share, tid) };
     }
+    let lanes = geo::lane_bytes(lane, K as u32, dg::table_mb(K as u32));
+    // EARLY: the first half of the warp's first step decoded before the
+    // release (weights and table need no earlier kernel), and the item after
+    // it loaded. (Decoded whether or not the warp has a step: only its use
+    // is conditional.)
+    let (first, first_ready) = if EARLY {
+        ptx::bar_sync();
+        let r = Ready::of::<T>(&blk);
+        let f = unsafe { decode_half::<K, T>(&r, 0, tbl, lanes) };
+        // Loaded over zeros, not over the decoded block (whose values a
+        // predicated load would otherwise keep live).
+        blk = Blocks::ZERO;
+        if w + dg::WARPS < k_steps {
+            unsafe { blk.load_over(a, &at, w + dg::WARPS, t) };
+        } else {
+            at = at.advance(ptx::grid_dim());
+            unsafe { blk.load_over(a, &at, w, t) };
+        }
+        (f, r)
+    } else {
+        ([[0u32; 4]; 4], Ready { planes: [[0; K]; 2], s2: [0; 2] })
+    };
     ptx::after_producers();
     unsafe { stage_x::<R, TEAMS>(xbase, a.x, a.m, a.k, tid) };
     ptx::bar_sync();
@@ -354,19 +413,29 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem, const TEAMS: u32>(a:
         x_lane: xbase + dg::x_offset(R, 0, 0, t, g % R),
         step_bytes: dg::x_offset(R, 1, 0, 0, 0),
         tbl,
-        lanes: geo::lane_bytes(lane, K as u32, dg::table_mb(K as u32)),
+        lanes,
     };
     // The team's groups slot + i·slots, i = 0, 1, …; i's parity picks the
     // team's reduction buffer.
+    // A group's accumulators and the warp's next step in it. With EARLY
+    // the first group's first step, half decoded before the release, is
+    // multiplied here (its registers end before the loop).
+    let mut acc = [0f32; 4];
+    let mut s = w;
+    if EARLY && w < k_steps {
+        let xs = walk.x_lane + w * walk.step_bytes;
+        unsafe { half_mma::<R, T>(&first, 0, xs, &mut acc) };
+        let second = unsafe { decode_half::<K, T>(&first_ready, 1, tbl, lanes) };
+        unsafe { half_mma::<R, T>(&second, 1, xs, &mut acc) };
+        s = w + dg::WARPS;
+    }
     let mut i = 0;
     loop {
         let group = slot + i * walk.slots;
         if group >= groups {
             break;
         }
-        let mut acc = [0f32; 4];
         // `blk` holds the next group's first step when the loop ends.
-        let mut s = w;
         while s < k_steps {
             let cur = blk;
             s = unsafe { walk.step::<K, R, T>(a, &cur, &mut blk, &mut at, s, &mut acc) };
@@ -398,6 +467,8 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem, const TEAMS: u32>(a:
                 unsafe { *a.y.add(row as usize * a.n as usize + n as usize) = T::from_f32(v) };
             }
         }
+        acc = [0f32; 4];
+        s = w;
         i += 1;
     }
 }
