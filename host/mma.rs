@@ -438,10 +438,10 @@ fn direct_teams(bits: u32, rows: u32, k: u32, crowded: bool, resident1: u32) -> 
 /// (K of 16 steps) and every block two groups or more. Either way the next
 /// call's blocks wait resident while this call's end, and spend that
 /// time on the decode. Measured on an H200 (A/B in one run,
-/// `bench-results/nvidia-h200-2026-11-29-early-decode-ab.md`): (a) `kv`
-/// M = 2, 4 −6 to −12 %, `o` −4 to −10 % at k = 3, 4, `down` −2 to
+/// `bench-results/nvidia-h200-2026-11-29-early-decode-ab.md` §3): (a)
+/// `kv` M = 2, 4 −7 to −12 %, `o` −5 to −11 % at k = 3, 4, `down` −2 to
 /// −4 %; (b) GLM shared −7 to −14 % at M = 1..4, 2048×8448 −1 to −6 %,
-/// `q` at M = 2, 4 and k = 3, 4 −2 to −7 % (k = 2 +3 %). Not taken: one
+/// `q` at M = 2, 4 and k = 3, 4 −2 to −7 % (k = 2 +2 to +3 %). Not taken: one
 /// staged row with one group per block (`o`, `down`, `kv` at M = 1: +1 to
 /// +4 %), fewer than 16 steps (1024×16384 up to +3 %), eight staged rows
 /// (no instance: 65 registers).
