@@ -207,23 +207,19 @@ unsafe fn step_mma<const K: usize, const R: u32, T: MmaElem>(
     // B of mmas 2·i2 and 2·i2 + 1 (chunk i2 of the lane's quarter).
     let xb: [[u32; 4]; 4] = core::array::from_fn(|i2| unsafe { ptx::ld_shared_v4(xs + 64 * R * i2 as u32) });
     unrolled!(2, odd => {
-        let [t0, t2] = dg::two_t(odd as u32);
-        let f = |j: usize, two_t: u32| unsafe { w.weights::<T>(j, two_t / 2, tbl, lanes) };
-        // Pairs 8q + two_t: a0 (row g) / a1 (row g + 8) at two_t = 4·odd,
-        // a2 / a3 at 4·odd + 2, for mma 2q + odd.
-        let (a0, a1, a2, a3) = (f(0, t0), f(1, t0), f(0, t2), f(1, t2));
+        let a = unsafe { decode_half::<K, T>(w, odd as u32, tbl, lanes) };
         unrolled!(4, q => {
             let i = 2 * q + odd;
             let x = &xb[i / 2];
             let b = if i % 2 == 0 { [x[0], x[1]] } else { [x[2], x[3]] };
-            *acc = T::mma([a0[q], a1[q], a2[q], a3[q]], b, *acc);
+            *acc = T::mma(a[q], b, *acc);
         });
     });
 }
 
 /// The A registers of half `odd` of one step's mmas (mmas `2q + odd`,
-/// q = 0..4, as [`step_mma`] builds them), decoded ahead of the step's
-/// activations.
+/// q = 0..4): [`step_mma`]'s decode, and the early instances' ahead of the
+/// step's activations.
 ///
 /// # Safety
 /// As [`Ready::weights`].
@@ -231,6 +227,8 @@ unsafe fn step_mma<const K: usize, const R: u32, T: MmaElem>(
 unsafe fn decode_half<const K: usize, T: MmaElem>(w: &Ready<K>, odd: u32, tbl: u32, lanes: u32) -> [[u32; 4]; 4] {
     let [t0, t2] = dg::two_t(odd);
     let f = |j: usize, two_t: u32| unsafe { w.weights::<T>(j, two_t / 2, tbl, lanes) };
+    // Pairs 8q + two_t: a0 (row g) / a1 (row g + 8) at two_t = 4·odd,
+    // a2 / a3 at 4·odd + 2, for mma 2q + odd.
     let (a0, a1, a2, a3) = (f(0, t0), f(1, t0), f(0, t2), f(1, t2));
     core::array::from_fn(|q| [a0[q], a1[q], a2[q], a3[q]])
 }
@@ -415,8 +413,6 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem, const TEAMS: u32, co
         tbl,
         lanes,
     };
-    // The team's groups slot + i·slots, i = 0, 1, …; i's parity picks the
-    // team's reduction buffer.
     // A group's accumulators and the warp's next step in it. With EARLY
     // the first group's first step, half decoded before the release, is
     // multiplied here (its registers end before the loop).
@@ -429,6 +425,8 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem, const TEAMS: u32, co
         unsafe { half_mma::<R, T>(&second, 1, xs, &mut acc) };
         s = w + dg::WARPS;
     }
+    // The team's groups slot + i·slots, i = 0, 1, …; i's parity picks the
+    // team's reduction buffer.
     let mut i = 0;
     loop {
         let group = slot + i * walk.slots;
