@@ -8,7 +8,7 @@
 //! `KBIT_PTX=path` skips the nested build and embeds a prebuilt PTX file.
 //!
 //! The entries of the sm_90a module (`kbit_wgmma_*`: warpgroup MMA, which
-//! no other architecture has) are cut out of `kbit.ptx` into
+//! no other architecture has; `kbit_mma_direct_xreg_*`) are cut out of `kbit.ptx` into
 //! `kbit_sm90a.ptx`, which holds only them; `host/module.rs` appends them
 //! to the module it loads on sm_90.
 
@@ -38,6 +38,11 @@ fn main() {
 /// Name prefix of the entries that only the sm_90a module holds.
 const SM90A_PREFIX: &str = "kbit_wgmma_";
 
+/// The direct-load entries with the activations in registers, also in the
+/// sm_90a module only (measured on sm_90; at k = 2 they need one register
+/// over 64 on sm_89).
+const SM90A_DIRECT_PREFIX: &str = "kbit_mma_direct_xreg_";
+
 /// `ptx` without the sm_90a entries, and those entries alone (each from
 /// its `.visible .entry` line to the closing brace of its body).
 fn split_sm90a(ptx: &str) -> (String, String) {
@@ -47,7 +52,7 @@ fn split_sm90a(ptx: &str) -> (String, String) {
         let name = &rest[at + ".visible .entry ".len()..];
         let end = at + rest[at..].find("\n}\n").expect("an entry body ends with a closing brace") + 3;
         common.push_str(&rest[..at]);
-        if name.starts_with(SM90A_PREFIX) {
+        if name.starts_with(SM90A_PREFIX) || name.starts_with(SM90A_DIRECT_PREFIX) {
             sm90a.push_str(&rest[at..end]);
         } else {
             common.push_str(&rest[at..end]);

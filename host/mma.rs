@@ -35,8 +35,8 @@ use crate::device::dptr;
 use crate::launch;
 use crate::mid_m;
 use crate::module::{
-    MMA_GROUPED_TILE_N, MMA_M_BLOCKS, MMA_STREAM, MMA_TILE_N, mma_direct_early_slot, mma_direct_slot, mma_grouped_slot,
-    mma_kslots_slot, mma_slot, names,
+    MMA_GROUPED_TILE_N, MMA_M_BLOCKS, MMA_STREAM, MMA_TILE_N, mma_direct_early_slot, mma_direct_slot,
+    mma_direct_xreg_slot, mma_grouped_slot, mma_kslots_slot, mma_slot, names,
 };
 use crate::splitk::{self, Limits, Plan, Splits, TileConfig};
 use crate::weight::check_len;
@@ -90,6 +90,11 @@ pub struct MmaOptions {
     /// M ≤ 4); `Some(false)`: never; `None`: the planner's choice (where the
     /// next call's blocks can wait resident beside this call's).
     pub early_decode: Option<bool>,
+    /// Direct-load variant only: `Some(true)`: one team whose warps load
+    /// their one step's activations into registers instead of staging them
+    /// (sm_90, k = 2, 3, M = 2..8, K ≤ 2048, not with two teams or early
+    /// decode); `Some(false)`: never; `None`: the planner's choice.
+    pub x_registers: Option<bool>,
 }
 
 /// How one kernel instance runs on this device.
@@ -451,6 +456,25 @@ fn direct_early(rows: u32, groups: u32, grid: u32, k: u32, sms: u32, resident: u
     one_group_each || one_step_groups
 }
 
+/// Whether a direct-load plan for `m` rows and `groups` groups, where an
+/// instance with the activations in registers exists (sm_90, k = 2, 3,
+/// K ≤ 2048, four or eight staged rows), takes it: at M = 2 (64 groups or
+/// more) and at M = 5..8 on up to 528 groups. Each warp then loads its one
+/// step's activations (64 bytes a lane) right after the grid-dependency
+/// wait, and no block barrier follows: the staging round trip and barrier
+/// leave the path of the first step. Measured on an H200 (A/B in one run,
+/// `bench-results/nvidia-h200-2026-11-29-x-registers-ab.md`, k = 2, 3): M = 2
+/// `gateup`, `q`, 2048×8448, 1024×16384 −5 to −11 % (GLM shared −3 / 0 %);
+/// M = 5 −12 to −18 %; M = 8 −7 to −10 %. Not taken where it lost or was
+/// mixed: one row (no instance: `q` +3 %, `gateup` −1 to +1 %, GLM shared
+/// +7 to +9 % against its early decode), M = 4 (`gateup` +4 %, `kv` +15 %, GLM
+/// shared +5 to +8 %, `q` and 1024×16384 −2 to −4 %), past 528 groups (GLM
+/// shared, 640: −4 to −5 % at M = 5 but +1 to +3 % at M = 8 against two
+/// teams); M = 3 not measured.
+fn direct_x_registers(m: usize, groups: u32) -> bool {
+    (m == 2 && groups >= 64) || ((5..=8).contains(&m) && groups <= 528)
+}
+
 /// The grid of a direct-load plan: `groups` 16-column groups for `m` rows
 /// on `sms` SMs that hold `resident` blocks each. One block per group
 /// while they fit at once; past that, the persistent grid of all resident
@@ -502,6 +526,7 @@ fn whole_k_plan(m: usize, shape: Shape, tile: TileConfig, n_tiles: u32, smem_byt
         direct: false,
         teams: 1,
         early_decode: false,
+        x_registers: false,
         grid: n_tiles,
         stages: 1,
         stage_tiles: 1,
@@ -641,11 +666,35 @@ impl Context {
             Some(false) => false,
             None => teams == 1 && early_exists && direct_early(rows, n_tiles, grid, k, sms, resident),
         };
+        // Activations in registers: one team, no early decode, its own
+        // residency (same shared memory as one team).
+        let xreg_resident = mma_direct_xreg_slot(bits, rows, dtype)
+            .filter(|_| direct::steps(k) <= direct::WARPS)
+            .and_then(|idx| self.kernels.mma_direct_xreg.get(idx))
+            .map(|f| f.1.min((info.max_smem_per_sm / (smem1 as usize + SMEM_RESERVED_PER_BLOCK)) as u32))
+            .filter(|&r| r > 0);
+        let x_registers = match (opts.x_registers, xreg_resident) {
+            (Some(true), Some(_)) if opts.teams != Some(true) && opts.early_decode != Some(true) => true,
+            (Some(true), _) => {
+                return Err(Error::SplitK {
+                    what: "x_registers",
+                    value: 1,
+                    reason: "activations in registers run on sm_90 at k = 2, 3, M = 2..8 and K ≤ 2048, with one team and no early decode only".into(),
+                });
+            }
+            (Some(false), _) | (None, None) => false,
+            (None, Some(_)) => opts.teams.is_none() && opts.early_decode.is_none() && direct_x_registers(m, n_tiles),
+        };
+        let (teams, early_decode, resident, smem, grid) = match xreg_resident {
+            Some(r) if x_registers => (1, false, r, smem1, direct_grid(n_tiles, m, sms, r)),
+            _ => (teams, early_decode, resident, smem, grid),
+        };
         let tile = TileConfig { m_blocks: 1, tile_n: direct::GROUP_COLS, tile_slots: 1, blocks_per_sm: resident };
         Ok(Plan {
             direct: true,
             teams,
             early_decode,
+            x_registers,
             grid,
             stage_tiles: 2,
             ..whole_k_plan(m, shape, tile, n_tiles, smem)
@@ -792,13 +841,16 @@ impl Context {
             let (m, n, k) = (plan.m, plan.n, plan.k);
             let mut args = launch::args![xp, pp, sp, cp, yp, m, n, k];
             let rows = direct::rows(m);
-            let idx = if plan.early_decode {
+            let idx = if plan.x_registers {
+                mma_direct_xreg_slot(w.bits(), rows, T::DTYPE)
+            } else if plan.early_decode {
                 mma_direct_early_slot(w.bits(), rows, T::DTYPE)
             } else {
                 mma_direct_slot(w.bits(), rows, T::DTYPE, plan.teams)
             };
             let idx = idx.expect("planned instance exists");
-            let f = &self.kernels.mma_direct[idx].0;
+            let table = if plan.x_registers { &self.kernels.mma_direct_xreg } else { &self.kernels.mma_direct };
+            let f = &table[idx].0;
             unsafe { self.launch_units(f, &plan, 1, plan.teams * direct::THREADS, &mut args) }?;
             return Ok(plan);
         }
@@ -1015,6 +1067,22 @@ mod tests {
         assert_eq!(direct_grid(320, 4, 132, 2), 264);
         assert_eq!(direct_grid(256, 4, 132, 1), 132);
         assert_eq!(direct_grid(0, 4, 0, 0), 0);
+    }
+
+    #[test]
+    fn direct_x_registers_where_measured_faster() {
+        // gateup 320, q 256, 2048×8448 528, 1024×16384 1024, GLM shared 640, kv 32 groups.
+        for groups in [256, 320, 528, 1024, 640] {
+            assert!(direct_x_registers(2, groups), "M = 2, {groups} groups");
+        }
+        for m in 5..=8 {
+            assert!([256, 320, 528].iter().all(|&g| direct_x_registers(m, g)), "M = {m}");
+            assert!(!direct_x_registers(m, 640), "GLM shared at M = {m}");
+        }
+        for m in [1, 3, 4] {
+            assert!(!direct_x_registers(m, 320), "M = {m}");
+        }
+        assert!(!direct_x_registers(2, 32), "kv at M = 2");
     }
 
     #[test]

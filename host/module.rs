@@ -11,8 +11,9 @@ use std::sync::Arc;
 /// GPUs), except the sm_90a entries.
 pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/kbit.ptx"));
 
-/// The entries that need sm_90a (`kbit_wgmma_*`, warpgroup MMA), cut out
-/// of the same build: [`ptx_for`] appends them to [`PTX`] for sm_90.
+/// The entries that need sm_90a (`kbit_wgmma_*`, warpgroup MMA) or are
+/// made for sm_90 alone (`kbit_mma_direct_xreg_*`), cut out of the same
+/// build: [`ptx_for`] appends them to [`PTX`] for sm_90.
 pub const PTX_SM90A_ENTRIES: &str = include_str!(concat!(env!("OUT_DIR"), "/kbit_sm90a.ptx"));
 
 /// The marker comments `kernels-gpu` emits where a kernel waits for the
@@ -166,6 +167,24 @@ pub(crate) fn mma_direct_early_slot(bits: u32, rows: u32, dtype: Dtype) -> Optio
     let b = MMA_DIRECT_TEAM_BITS.iter().position(|&x| x == bits)?;
     let base = (BITS.len() + MMA_DIRECT_TEAM_BITS.len()) * MMA_DIRECT_ROWS.len() * MMA_DTYPES.len();
     Some(base + (b * MMA_DIRECT_EARLY_ROWS.len() + r) * MMA_DTYPES.len() + d)
+}
+
+/// Bit widths and staged row counts with direct-load instances whose warps
+/// load their step's activations into registers (sm_90 only: k = 4, 5 take
+/// more than 64 registers that way, and one row measured slower).
+pub(crate) const MMA_DIRECT_XREG_BITS: [u32; 2] = [2, 3];
+/// See [`MMA_DIRECT_XREG_BITS`].
+pub(crate) const MMA_DIRECT_XREG_ROWS: [u32; 2] = [4, 8];
+
+/// Position of a direct-load mma kernel whose warps load their step's
+/// activations into registers (K ≤ 2048) in [`Kernels::mma_direct_xreg`];
+/// `None` for f32 or outside [`MMA_DIRECT_XREG_BITS`] and
+/// [`MMA_DIRECT_XREG_ROWS`].
+pub(crate) fn mma_direct_xreg_slot(bits: u32, rows: u32, dtype: Dtype) -> Option<usize> {
+    let d = MMA_DTYPES.iter().position(|&x| x == dtype)?;
+    let r = MMA_DIRECT_XREG_ROWS.iter().position(|&x| x == rows)?;
+    let b = MMA_DIRECT_XREG_BITS.iter().position(|&x| x == bits)?;
+    Some((b * MMA_DIRECT_XREG_ROWS.len() + r) * MMA_DTYPES.len() + d)
 }
 
 /// Position of a direct-load mma kernel with `teams` teams per block in
@@ -344,9 +363,20 @@ pub mod names {
     pub fn mma_direct_early(bits: u32, rows: u32, dtype: Dtype) -> String {
         format!("kbit_mma_direct_early_k{bits}_r{rows}_{}", dtype.name())
     }
-    /// Every direct-load mma entry point, in the kernel table's order: one
-    /// team at every k, then two teams at k ≤ 4, then the early-decode
-    /// instances.
+    /// `kbit_mma_direct_xreg_k{bits}_r{rows}_{dtype}`: the one-team
+    /// direct-load kernel whose warps load their one step's activations
+    /// into registers instead of staging them (K ≤ 2048; sm_90 module).
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// assert_eq!(names::mma_direct_xreg(4, 8, Dtype::Bf16), "kbit_mma_direct_xreg_k4_r8_bf16");
+    /// ```
+    pub fn mma_direct_xreg(bits: u32, rows: u32, dtype: Dtype) -> String {
+        format!("kbit_mma_direct_xreg_k{bits}_r{rows}_{}", dtype.name())
+    }
+    /// Every direct-load mma entry point of the common module, in the kernel
+    /// table's order: one team at every k, then two teams at k ≤ 4, then the
+    /// early-decode instances.
     ///
     /// ```
     /// use kbit::{Dtype, module::names};
@@ -372,6 +402,25 @@ pub mod names {
             for r in super::MMA_DIRECT_EARLY_ROWS {
                 for d in super::MMA_DTYPES {
                     v.push(mma_direct_early(bits, r, d));
+                }
+            }
+        }
+        v
+    }
+    /// The direct-load entry points with the activations in registers (the
+    /// sm_90 module's), in their table's order.
+    ///
+    /// ```
+    /// use kbit::{Dtype, module::names};
+    /// let all = names::all_mma_direct_xreg();
+    /// assert_eq!((all.len(), all[3].as_str()), (8, "kbit_mma_direct_xreg_k2_r8_bf16"));
+    /// ```
+    pub fn all_mma_direct_xreg() -> Vec<String> {
+        let mut v = Vec::new();
+        for bits in super::MMA_DIRECT_XREG_BITS {
+            for r in super::MMA_DIRECT_XREG_ROWS {
+                for d in super::MMA_DTYPES {
+                    v.push(mma_direct_xreg(bits, r, d));
                 }
             }
         }
@@ -612,6 +661,10 @@ pub(crate) struct Kernels {
     /// by [`mma_direct_slot`], with the blocks of each that its registers
     /// let an SM hold.
     pub mma_direct: Vec<(CudaFunction, u32)>,
+    /// Direct-load instances with the activations in registers, indexed by
+    /// [`mma_direct_xreg_slot`], with their blocks per SM; empty but on
+    /// sm_90 (their entries are in its module only).
+    pub mma_direct_xreg: Vec<(CudaFunction, u32)>,
     /// Scalar GEMV instances (dense and grouped).
     pub gemv: crate::gemv::GemvKernels,
     /// Warpgroup tensor-core GEMM instances (sm_90 only), in
@@ -695,16 +748,18 @@ impl Kernels {
                 mma_kslots.push((f, per_sm));
             }
         }
-        let mut mma_direct = Vec::new();
-        for name in names::all_mma_direct() {
+        let (mut mma_direct, mut mma_direct_xreg) = (Vec::new(), Vec::new());
+        let xreg = if has_wgmma(cc) { names::all_mma_direct_xreg() } else { Vec::new() };
+        for name in names::all_mma_direct().into_iter().chain(xreg) {
             let threads =
                 if name.starts_with("kbit_mma_direct_teams_") { 2 } else { 1 } * kbit_format::mma_direct::THREADS;
+            let in_registers = name.starts_with("kbit_mma_direct_xreg_");
             let f = get(name)?;
             // The activations staged in shared memory grow with K: any
             // size up to the device's limit.
             f.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, max_smem)?;
             let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)?;
-            mma_direct.push((f, per_sm));
+            if in_registers { &mut mma_direct_xreg } else { &mut mma_direct }.push((f, per_sm));
         }
         let gemv = crate::gemv::GemvKernels::load(ctx, &module)?;
         let mut wgmma = Vec::new();
@@ -737,6 +792,7 @@ impl Kernels {
             mma,
             mma_kslots,
             mma_direct,
+            mma_direct_xreg,
             gemv,
             wgmma,
         })

@@ -134,6 +134,11 @@ pub struct Plan {
     /// Direct-load variant, one team: the warps decode half of their first
     /// step before the grid-dependency wait (`kbit_mma_direct_early_*`).
     pub early_decode: bool,
+    /// Direct-load variant, one team, K ≤ 2048 (sm_90, k = 2, 3, M = 2..8):
+    /// each warp loads its one step's activations into registers after the
+    /// grid-dependency wait instead of the block staging them
+    /// (`kbit_mma_direct_xreg_*`).
+    pub x_registers: bool,
     /// Persistent grid: `min(items, SMs · blocks_per_sm)`.
     pub grid: u32,
     /// Pipeline stages (2..=[`geo::MAX_STAGES`]).
@@ -631,6 +636,7 @@ pub fn plan(
         direct: false,
         teams: 1,
         early_decode: false,
+        x_registers: false,
         grid,
         stages,
         stage_tiles,

@@ -953,6 +953,7 @@ fn check_case<T: Element>(ctx: &Context, rng: &mut SmallRng, c: &Case) {
         direct: Some(false),
         teams: None,
         early_decode: None,
+        x_registers: None,
     };
     if let Err(e @ Error::SplitK { what: "stage_tiles", .. }) = ctx.mma_plan(T::DTYPE, c.m, &p.dev, opts) {
         // Only where this GPU's shared memory holds fewer than two such stages.
@@ -1229,13 +1230,10 @@ fn direct_teams_match_one_team_and_the_references() {
                 let what = format!("direct teams M {m} K {k} N {n} k={bits} bf16={bf} sms {sms}");
                 let base = MmaOptions { direct: Some(true), sm_count_override: Some(sms), ..MmaOptions::default() };
                 let (two, one) = (MmaOptions { teams: Some(true), ..base }, MmaOptions { teams: Some(false), ..base });
-                let plan = if bf {
-                    let r = forced_run::<bf16>(&ctx, &mut rng, &what, m, shape, bits, two);
-                    one_team_agrees(&ctx, &what, m, r, one)
-                } else {
-                    let r = forced_run::<f16>(&ctx, &mut rng, &what, m, shape, bits, two);
-                    one_team_agrees(&ctx, &what, m, r, one)
-                };
+                let case = Pair { what: &what, m, shape, bits, bf16: bf };
+                let (plan, plan1) = forced_pair(&ctx, &mut rng, case, two, one);
+                assert!(plan.direct && plan.teams == 2 && plan.grid <= 3, "{what}: {plan:?}");
+                assert!(plan1.direct && plan1.teams == 1, "{what}: {plan1:?}");
                 if n == 72 {
                     assert!(2 * plan.grid > plan.n_tiles, "{what}: a team without a group: {plan:?}");
                 }
@@ -1280,13 +1278,10 @@ fn direct_early_decode_matches_the_plain_variant() {
                 };
                 let early = MmaOptions { early_decode: Some(true), ..base };
                 let plain = MmaOptions { early_decode: Some(false), ..base };
-                if bf {
-                    let r = forced_run::<bf16>(&ctx, &mut rng, &what, m, shape, bits, early);
-                    plain_agrees(&ctx, &what, m, r, plain);
-                } else {
-                    let r = forced_run::<f16>(&ctx, &mut rng, &what, m, shape, bits, early);
-                    plain_agrees(&ctx, &what, m, r, plain);
-                }
+                let case = Pair { what: &what, m, shape, bits, bf16: bf };
+                let (plan, plan1) = forced_pair(&ctx, &mut rng, case, early, plain);
+                assert!(plan.direct && plan.early_decode && plan.teams == 1, "{what}: {plan:?}");
+                assert!(plan1.direct && !plan1.early_decode, "{what}: {plan1:?}");
             }
         }
     }
@@ -1301,25 +1296,92 @@ fn direct_early_decode_matches_the_plain_variant() {
     eprintln!("direct-load variant, early decode: {i} cases match");
 }
 
-/// The rest of a case of [`direct_early_decode_matches_the_plain_variant`]:
-/// `r` decoded early (checked against the references); `plain` on the same
-/// data gives the same bits.
-fn plain_agrees<T: Element>(ctx: &Context, what: &str, m: usize, r: ForcedRun<T>, plain: MmaOptions) {
-    assert!(r.plan.direct && r.plan.early_decode && r.plan.teams == 1, "{what}: {:?}", r.plan);
-    let (y1, plan1) = run(ctx, &r.x, m, &r.weight, plain);
-    assert!(plan1.direct && !plan1.early_decode, "{what}: {plan1:?}");
-    common::assert_bits_eq(&r.y, &y1, &format!("{what}: early decode against plain"));
+/// The direct-load variant whose warps load their one step's activations
+/// into registers (`MmaOptions::x_registers`, forced; sm_90, k = 2, 3,
+/// K ≤ 2048, M = 2..8) matches the f64 references and gives the staged
+/// one-team plan the same bits: both dtypes, four and eight rows, K with
+/// fewer steps than warps and K % 128 ≠ 0, partial groups, plans for 2 or
+/// 3 SMs (blocks walk several groups with the same registers) and for the
+/// device. K past 2048, two teams, k = 4 and one row are refused by name,
+/// and on a device before sm_90 every case.
+#[test]
+fn direct_x_registers_match_the_staged_variant() {
+    let Some(ctx) = common::gpu("direct_x_registers_match_the_staged_variant") else { return };
+    let mut rng = common::rng("direct_x_registers_match_the_staged_variant");
+    let on = ctx.info().compute_capability == (9, 0);
+    let mut i = 0usize;
+    for (k, n) in [(2048, 5120), (2016, 520), (96, 72), (160, 129), (32, 4100), (1024, 2312), (2048, 10240)] {
+        for bits in 2..=3u32 {
+            for bf in [false, true] {
+                let m = 2 + (i + i / 4) % 7;
+                let sms = if i % 3 == 0 { None } else { Some(2 + (i % 2) as u32) };
+                i += 1;
+                let shape = Shape::new(n, k).unwrap();
+                let what = format!("direct x registers M {m} K {k} N {n} k={bits} bf16={bf} sms {sms:?}");
+                let base = MmaOptions { direct: Some(true), sm_count_override: sms, ..MmaOptions::default() };
+                let regs = MmaOptions { x_registers: Some(true), ..base };
+                if !on {
+                    let p = prepare::<f16>(&ctx, &mut rng, k, n, bits);
+                    match ctx.mma_plan(kbit::Dtype::F16, m, &p.dev, regs) {
+                        Err(Error::SplitK { what: "x_registers", .. }) => continue,
+                        other => panic!("{what} before sm_90: {other:?}"),
+                    }
+                }
+                let staged =
+                    MmaOptions { x_registers: Some(false), teams: Some(false), early_decode: Some(false), ..base };
+                let case = Pair { what: &what, m, shape, bits, bf16: bf };
+                let (plan, plan1) = forced_pair(&ctx, &mut rng, case, regs, staged);
+                assert!(plan.direct && plan.x_registers && plan.teams == 1 && !plan.early_decode, "{what}: {plan:?}");
+                assert!(plan1.direct && !plan1.x_registers && plan1.teams == 1, "{what}: {plan1:?}");
+            }
+        }
+    }
+    let regs = MmaOptions { direct: Some(true), x_registers: Some(true), ..MmaOptions::default() };
+    for (k, bits, m, teams) in [(2080, 2, 4, None), (2048, 3, 8, Some(true)), (2048, 4, 4, None), (2048, 2, 1, None)] {
+        let p = prepare::<f16>(&ctx, &mut rng, k, 64, bits);
+        match ctx.mma_plan(kbit::Dtype::F16, m, &p.dev, MmaOptions { teams, ..regs }) {
+            Err(Error::SplitK { what: "x_registers", .. }) => {}
+            other => {
+                panic!("activations in registers forced at K = {k}, k = {bits}, M = {m}, teams {teams:?}: {other:?}")
+            }
+        }
+    }
+    eprintln!("direct-load variant, activations in registers: {i} cases match");
 }
 
-/// The rest of a case of [`direct_teams_match_one_team_and_the_references`]:
-/// `r` ran two teams (checked against the references); `one` on the same
-/// data gives the same bits.
-fn one_team_agrees<T: Element>(ctx: &Context, what: &str, m: usize, r: ForcedRun<T>, one: MmaOptions) -> kbit::Plan {
-    assert!(r.plan.direct && r.plan.teams == 2 && r.plan.grid <= 3, "{what}: {:?}", r.plan);
-    let (y1, plan1) = run(ctx, &r.x, m, &r.weight, one);
-    assert!(plan1.direct && plan1.teams == 1, "{what}: {plan1:?}");
-    common::assert_bits_eq(&r.y, &y1, &format!("{what}: two teams against one"));
-    r.plan
+/// A case of the paired runs of [`forced_pair`].
+#[derive(Clone, Copy)]
+struct Pair<'a> {
+    what: &'a str,
+    m: usize,
+    shape: Shape,
+    bits: u32,
+    bf16: bool,
+}
+
+/// `case` under `forced` on fresh data, checked as [`forced_run`] checks
+/// it, then under `other` on the same weight and activations, with the
+/// same bits; returns the two plans.
+fn forced_pair(
+    ctx: &Context,
+    rng: &mut SmallRng,
+    case: Pair,
+    forced: MmaOptions,
+    other: MmaOptions,
+) -> (kbit::Plan, kbit::Plan) {
+    fn go<T: Element>(
+        ctx: &Context,
+        rng: &mut SmallRng,
+        c: Pair,
+        forced: MmaOptions,
+        other: MmaOptions,
+    ) -> (kbit::Plan, kbit::Plan) {
+        let r = forced_run::<T>(ctx, rng, c.what, c.m, c.shape, c.bits, forced);
+        let (y1, plan1) = run(ctx, &r.x, c.m, &r.weight, other);
+        common::assert_bits_eq(&r.y, &y1, &format!("{}: against {plan1:?}", c.what));
+        (r.plan, plan1)
+    }
+    if case.bf16 { go::<bf16>(ctx, rng, case, forced, other) } else { go::<f16>(ctx, rng, case, forced, other) }
 }
 
 /// The M ≤ 8 loop of the one-m-block, 128-column instances (k = 3, 4:
@@ -1382,6 +1444,7 @@ fn mma_gemm_is_deterministic_across_interleaved_plans() {
             direct: None,
             teams: None,
             early_decode: None,
+            x_registers: None,
         };
         for opts in [max, MmaOptions::default(), three_of_5] {
             let (y2, _) = run(&ctx, &xb, 9, &b.dev, opts);
@@ -1825,6 +1888,7 @@ fn wgmma_split_k_matches_the_f64_references_on_every_plan() {
                             direct: None,
                             teams: None,
                             early_decode: None,
+                            x_registers: None,
                         };
                         let mut y = ctx.stream().clone_htod(&vec![<$t>::NAN; m * n]).unwrap();
                         let plan = ctx.wgmma_gemm_with(&xd, m, &p.dev, &mut y, opts).unwrap();

@@ -263,6 +263,7 @@ fn grouped_mma_matches_dense_mma_per_expert() {
             direct: None,
             teams: None,
             early_decode: None,
+            x_registers: None,
         };
         if i % 2 == 0 {
             grouped_case::<f16>(&ctx, &mut rng, &case, rows, max_m, opts);

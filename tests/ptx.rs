@@ -144,6 +144,11 @@ fn ptx_has_every_kernel_and_no_panic_path() {
         assert_eq!(kinds, expect, "{name}: {params}");
         assert!(params.contains(&format!(".param .align 16 .b8 {name}_param_8[128]")), "{name}: {params}");
     }
+    // So are the direct-load instances with the activations in registers.
+    for name in kbit::module::names::all_mma_direct_xreg() {
+        assert!(!ptx.contains(&format!(".entry {name}(")), "{name} in the sm_89 module");
+        assert!(sm90.contains(&format!(".entry {name}(")), "kernel {name} missing from the sm_90 module");
+    }
     for insn in [
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16",
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16",
@@ -214,6 +219,7 @@ fn ptxas_sm89_sm90_no_spills_no_stack() {
         let mut expected = kbit::module::names::all();
         if arch == "sm_90a" {
             expected.extend(kbit::module::names::all_wgmma());
+            expected.extend(kbit::module::names::all_mma_direct_xreg());
         }
         for name in &expected {
             let p = props.get(name).unwrap_or_else(|| panic!("{arch}: ptxas did not report {name}"));
@@ -283,7 +289,7 @@ fn dense_launches_read_before_their_wait() {
     let _ = std::fs::remove_dir_all(&dir);
     let mut bad = Vec::new();
     let mut checked = 0;
-    for name in kbit::module::names::all() {
+    for name in kbit::module::names::all().into_iter().chain(kbit::module::names::all_mma_direct_xreg()) {
         let programmatic = name.contains("gemv") || name.starts_with("kbit_mma_");
         if !programmatic || name.contains("grouped") {
             continue;

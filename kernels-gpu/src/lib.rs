@@ -223,52 +223,60 @@ mma_kslots_entries! {
 }
 
 macro_rules! mma_direct_entries {
-    ($($name:ident: $k:literal, $r:literal, $t:ty, $teams:literal, $early:literal;)*) => {$(
+    ($($name:ident: $k:literal, $r:literal, $t:ty, $teams:literal, $early:literal, $xreg:literal;)*) => {$(
         /// Tensor-core dequant GEMM, direct-load variant (`mma_direct::run`):
         /// k, staged activation rows (1; 4 for M = 2..4; 8 for M = 5..8),
         /// dtype, teams of 16 warps per block, and whether a warp decodes its
-        /// first step before the release.
+        /// first step before the release, and whether a warp loads its one
+        /// step's activations into registers (K ≤ 2048) instead of staging.
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(
             x: *const u16, packed: *const u32, scales: *const u8, cb: *const f32, y: *mut u16,
             m: u32, n: u32, k: u32,
         ) {
             let a = mma_direct::Args { x, packed, scales, cb, y, m, n, k };
-            unsafe { mma_direct::run::<$k, $r, $t, $teams, $early>(&a) }
+            unsafe { mma_direct::run::<$k, $r, $t, $teams, $early, $xreg>(&a) }
         }
     )*};
 }
 
 // Every (k, staged rows, dtype) with one team; k ≤ 4 (64 registers) also
-// with two, and with one that decodes its first step before the release.
+// with two, and with one that decodes its first step before the release;
+// with one team and the activations in registers (K ≤ 2048) at k = 2, 3
+// and four or eight rows: sm_90a entries (`build.rs`), measured on sm_90
+// only, and at k = 2 one register over the 64 of two blocks on sm_89.
 mma_direct_entries! {
-    kbit_mma_direct_k2_r1_f16: 2, 1, F16, 1, false; kbit_mma_direct_k2_r1_bf16: 2, 1, Bf16, 1, false;
-    kbit_mma_direct_k2_r4_f16: 2, 4, F16, 1, false; kbit_mma_direct_k2_r4_bf16: 2, 4, Bf16, 1, false;
-    kbit_mma_direct_k2_r8_f16: 2, 8, F16, 1, false; kbit_mma_direct_k2_r8_bf16: 2, 8, Bf16, 1, false;
-    kbit_mma_direct_k3_r1_f16: 3, 1, F16, 1, false; kbit_mma_direct_k3_r1_bf16: 3, 1, Bf16, 1, false;
-    kbit_mma_direct_k3_r4_f16: 3, 4, F16, 1, false; kbit_mma_direct_k3_r4_bf16: 3, 4, Bf16, 1, false;
-    kbit_mma_direct_k3_r8_f16: 3, 8, F16, 1, false; kbit_mma_direct_k3_r8_bf16: 3, 8, Bf16, 1, false;
-    kbit_mma_direct_k4_r1_f16: 4, 1, F16, 1, false; kbit_mma_direct_k4_r1_bf16: 4, 1, Bf16, 1, false;
-    kbit_mma_direct_k4_r4_f16: 4, 4, F16, 1, false; kbit_mma_direct_k4_r4_bf16: 4, 4, Bf16, 1, false;
-    kbit_mma_direct_k4_r8_f16: 4, 8, F16, 1, false; kbit_mma_direct_k4_r8_bf16: 4, 8, Bf16, 1, false;
-    kbit_mma_direct_k5_r1_f16: 5, 1, F16, 1, false; kbit_mma_direct_k5_r1_bf16: 5, 1, Bf16, 1, false;
-    kbit_mma_direct_k5_r4_f16: 5, 4, F16, 1, false; kbit_mma_direct_k5_r4_bf16: 5, 4, Bf16, 1, false;
-    kbit_mma_direct_k5_r8_f16: 5, 8, F16, 1, false; kbit_mma_direct_k5_r8_bf16: 5, 8, Bf16, 1, false;
-    kbit_mma_direct_teams_k2_r1_f16: 2, 1, F16, 2, false; kbit_mma_direct_teams_k2_r1_bf16: 2, 1, Bf16, 2, false;
-    kbit_mma_direct_teams_k2_r4_f16: 2, 4, F16, 2, false; kbit_mma_direct_teams_k2_r4_bf16: 2, 4, Bf16, 2, false;
-    kbit_mma_direct_teams_k2_r8_f16: 2, 8, F16, 2, false; kbit_mma_direct_teams_k2_r8_bf16: 2, 8, Bf16, 2, false;
-    kbit_mma_direct_teams_k3_r1_f16: 3, 1, F16, 2, false; kbit_mma_direct_teams_k3_r1_bf16: 3, 1, Bf16, 2, false;
-    kbit_mma_direct_teams_k3_r4_f16: 3, 4, F16, 2, false; kbit_mma_direct_teams_k3_r4_bf16: 3, 4, Bf16, 2, false;
-    kbit_mma_direct_teams_k3_r8_f16: 3, 8, F16, 2, false; kbit_mma_direct_teams_k3_r8_bf16: 3, 8, Bf16, 2, false;
-    kbit_mma_direct_teams_k4_r1_f16: 4, 1, F16, 2, false; kbit_mma_direct_teams_k4_r1_bf16: 4, 1, Bf16, 2, false;
-    kbit_mma_direct_teams_k4_r4_f16: 4, 4, F16, 2, false; kbit_mma_direct_teams_k4_r4_bf16: 4, 4, Bf16, 2, false;
-    kbit_mma_direct_teams_k4_r8_f16: 4, 8, F16, 2, false; kbit_mma_direct_teams_k4_r8_bf16: 4, 8, Bf16, 2, false;
-    kbit_mma_direct_early_k2_r1_f16: 2, 1, F16, 1, true; kbit_mma_direct_early_k2_r1_bf16: 2, 1, Bf16, 1, true;
-    kbit_mma_direct_early_k2_r4_f16: 2, 4, F16, 1, true; kbit_mma_direct_early_k2_r4_bf16: 2, 4, Bf16, 1, true;
-    kbit_mma_direct_early_k3_r1_f16: 3, 1, F16, 1, true; kbit_mma_direct_early_k3_r1_bf16: 3, 1, Bf16, 1, true;
-    kbit_mma_direct_early_k3_r4_f16: 3, 4, F16, 1, true; kbit_mma_direct_early_k3_r4_bf16: 3, 4, Bf16, 1, true;
-    kbit_mma_direct_early_k4_r1_f16: 4, 1, F16, 1, true; kbit_mma_direct_early_k4_r1_bf16: 4, 1, Bf16, 1, true;
-    kbit_mma_direct_early_k4_r4_f16: 4, 4, F16, 1, true; kbit_mma_direct_early_k4_r4_bf16: 4, 4, Bf16, 1, true;
+    kbit_mma_direct_k2_r1_f16: 2, 1, F16, 1, false, false; kbit_mma_direct_k2_r1_bf16: 2, 1, Bf16, 1, false, false;
+    kbit_mma_direct_k2_r4_f16: 2, 4, F16, 1, false, false; kbit_mma_direct_k2_r4_bf16: 2, 4, Bf16, 1, false, false;
+    kbit_mma_direct_k2_r8_f16: 2, 8, F16, 1, false, false; kbit_mma_direct_k2_r8_bf16: 2, 8, Bf16, 1, false, false;
+    kbit_mma_direct_k3_r1_f16: 3, 1, F16, 1, false, false; kbit_mma_direct_k3_r1_bf16: 3, 1, Bf16, 1, false, false;
+    kbit_mma_direct_k3_r4_f16: 3, 4, F16, 1, false, false; kbit_mma_direct_k3_r4_bf16: 3, 4, Bf16, 1, false, false;
+    kbit_mma_direct_k3_r8_f16: 3, 8, F16, 1, false, false; kbit_mma_direct_k3_r8_bf16: 3, 8, Bf16, 1, false, false;
+    kbit_mma_direct_k4_r1_f16: 4, 1, F16, 1, false, false; kbit_mma_direct_k4_r1_bf16: 4, 1, Bf16, 1, false, false;
+    kbit_mma_direct_k4_r4_f16: 4, 4, F16, 1, false, false; kbit_mma_direct_k4_r4_bf16: 4, 4, Bf16, 1, false, false;
+    kbit_mma_direct_k4_r8_f16: 4, 8, F16, 1, false, false; kbit_mma_direct_k4_r8_bf16: 4, 8, Bf16, 1, false, false;
+    kbit_mma_direct_k5_r1_f16: 5, 1, F16, 1, false, false; kbit_mma_direct_k5_r1_bf16: 5, 1, Bf16, 1, false, false;
+    kbit_mma_direct_k5_r4_f16: 5, 4, F16, 1, false, false; kbit_mma_direct_k5_r4_bf16: 5, 4, Bf16, 1, false, false;
+    kbit_mma_direct_k5_r8_f16: 5, 8, F16, 1, false, false; kbit_mma_direct_k5_r8_bf16: 5, 8, Bf16, 1, false, false;
+    kbit_mma_direct_teams_k2_r1_f16: 2, 1, F16, 2, false, false; kbit_mma_direct_teams_k2_r1_bf16: 2, 1, Bf16, 2, false, false;
+    kbit_mma_direct_teams_k2_r4_f16: 2, 4, F16, 2, false, false; kbit_mma_direct_teams_k2_r4_bf16: 2, 4, Bf16, 2, false, false;
+    kbit_mma_direct_teams_k2_r8_f16: 2, 8, F16, 2, false, false; kbit_mma_direct_teams_k2_r8_bf16: 2, 8, Bf16, 2, false, false;
+    kbit_mma_direct_teams_k3_r1_f16: 3, 1, F16, 2, false, false; kbit_mma_direct_teams_k3_r1_bf16: 3, 1, Bf16, 2, false, false;
+    kbit_mma_direct_teams_k3_r4_f16: 3, 4, F16, 2, false, false; kbit_mma_direct_teams_k3_r4_bf16: 3, 4, Bf16, 2, false, false;
+    kbit_mma_direct_teams_k3_r8_f16: 3, 8, F16, 2, false, false; kbit_mma_direct_teams_k3_r8_bf16: 3, 8, Bf16, 2, false, false;
+    kbit_mma_direct_teams_k4_r1_f16: 4, 1, F16, 2, false, false; kbit_mma_direct_teams_k4_r1_bf16: 4, 1, Bf16, 2, false, false;
+    kbit_mma_direct_teams_k4_r4_f16: 4, 4, F16, 2, false, false; kbit_mma_direct_teams_k4_r4_bf16: 4, 4, Bf16, 2, false, false;
+    kbit_mma_direct_teams_k4_r8_f16: 4, 8, F16, 2, false, false; kbit_mma_direct_teams_k4_r8_bf16: 4, 8, Bf16, 2, false, false;
+    kbit_mma_direct_early_k2_r1_f16: 2, 1, F16, 1, true, false; kbit_mma_direct_early_k2_r1_bf16: 2, 1, Bf16, 1, true, false;
+    kbit_mma_direct_early_k2_r4_f16: 2, 4, F16, 1, true, false; kbit_mma_direct_early_k2_r4_bf16: 2, 4, Bf16, 1, true, false;
+    kbit_mma_direct_early_k3_r1_f16: 3, 1, F16, 1, true, false; kbit_mma_direct_early_k3_r1_bf16: 3, 1, Bf16, 1, true, false;
+    kbit_mma_direct_early_k3_r4_f16: 3, 4, F16, 1, true, false; kbit_mma_direct_early_k3_r4_bf16: 3, 4, Bf16, 1, true, false;
+    kbit_mma_direct_early_k4_r1_f16: 4, 1, F16, 1, true, false; kbit_mma_direct_early_k4_r1_bf16: 4, 1, Bf16, 1, true, false;
+    kbit_mma_direct_early_k4_r4_f16: 4, 4, F16, 1, true, false; kbit_mma_direct_early_k4_r4_bf16: 4, 4, Bf16, 1, true, false;
+    kbit_mma_direct_xreg_k2_r4_f16: 2, 4, F16, 1, false, true; kbit_mma_direct_xreg_k2_r4_bf16: 2, 4, Bf16, 1, false, true;
+    kbit_mma_direct_xreg_k2_r8_f16: 2, 8, F16, 1, false, true; kbit_mma_direct_xreg_k2_r8_bf16: 2, 8, Bf16, 1, false, true;
+    kbit_mma_direct_xreg_k3_r4_f16: 3, 4, F16, 1, false, true; kbit_mma_direct_xreg_k3_r4_bf16: 3, 4, Bf16, 1, false, true;
+    kbit_mma_direct_xreg_k3_r8_f16: 3, 8, F16, 1, false, true; kbit_mma_direct_xreg_k3_r8_bf16: 3, 8, Bf16, 1, false, true;
 }
 
 macro_rules! mma_grouped_entries {

@@ -206,6 +206,19 @@ unsafe fn step_mma<const K: usize, const R: u32, T: MmaElem>(
 ) {
     // B of mmas 2·i2 and 2·i2 + 1 (chunk i2 of the lane's quarter).
     let xb: [[u32; 4]; 4] = core::array::from_fn(|i2| unsafe { ptx::ld_shared_v4(xs + 64 * R * i2 as u32) });
+    unsafe { step_mma_x::<K, T>(w, &xb, tbl, lanes, acc) };
+}
+
+/// [`step_mma`] with the step's activations `xb` (chunk i2 of the lane's
+/// quarter and row) already in registers.
+#[inline(always)]
+unsafe fn step_mma_x<const K: usize, T: MmaElem>(
+    w: &Ready<K>,
+    xb: &[[u32; 4]; 4],
+    tbl: u32,
+    lanes: u32,
+    acc: &mut [f32; 4],
+) {
     unrolled!(2, odd => {
         let a = unsafe { decode_half::<K, T>(w, odd as u32, tbl, lanes) };
         unrolled!(4, q => {
@@ -268,7 +281,8 @@ impl Walk {
     /// # Safety
     /// As [`run`]; `cur` holds step `s` of the group of `at`.
     #[inline(always)]
-    unsafe fn step<const K: usize, const R: u32, T: MmaElem>(
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn step<const K: usize, const R: u32, T: MmaElem, const XREG: bool>(
         &self,
         a: &Args,
         cur: &Blocks<K>,
@@ -276,6 +290,7 @@ impl Walk {
         at: &mut LaneBlocks,
         s: u32,
         acc: &mut [f32; 4],
+        xb: &[[u32; 4]; 4],
     ) -> u32 {
         let ready = Ready::of::<T>(cur);
         let sn = s + dg::WARPS;
@@ -285,9 +300,30 @@ impl Walk {
             *at = at.advance(self.slots);
             unsafe { nxt.load_over(a, at, self.w, self.t) };
         }
-        unsafe { step_mma::<K, R, T>(&ready, self.x_lane + s * self.step_bytes, self.tbl, self.lanes, acc) };
+        if XREG {
+            unsafe { step_mma_x::<K, T>(&ready, xb, self.tbl, self.lanes, acc) };
+        } else {
+            unsafe { step_mma::<K, R, T>(&ready, self.x_lane + s * self.step_bytes, self.tbl, self.lanes, acc) };
+        }
         sn
     }
+}
+
+/// The activations of warp `w`'s one step (`XREG`: K ≤ 2048, so no warp
+/// has a second) for lane (`g`, `t`): row g % R (zeros at rows ≥ M),
+/// quarter t, chunks i2 = 0..4, i.e. the B registers `step_mma` reads out
+/// of the staged copy: `x[r][128 w + 32 t ..][..32]`, 64 contiguous bytes
+/// (zeros past K, which is a multiple of 32).
+///
+/// # Safety
+/// `a.x` holds `a.m` rows of `a.k` values, 16-byte aligned.
+#[inline(always)]
+unsafe fn load_x<const R: u32>(a: &Args, w: u32, g: u32, t: u32) -> [[u32; 4]; 4] {
+    let r = g % R;
+    let e = dg::STEP_K * w + 32 * t;
+    let on = r < a.m && e < a.k;
+    let p = a.x.wrapping_add((r * a.k + e) as usize) as *const u32;
+    core::array::from_fn(|i2| if on { unsafe { ptx::ld_nc_v4(p.wrapping_add(4 * i2)) } } else { [0; 4] })
 }
 
 /// Activation rows whose chunks a thread loads before it stores them.
@@ -346,9 +382,12 @@ unsafe fn stage_x<const R: u32, const TEAMS: u32>(xbase: u32, x: *const u16, m: 
 /// R = 1); the launch has `TEAMS ·` [`dg::THREADS`] threads and
 /// `mma_direct::smem_bytes(K, R, k, TEAMS)` bytes of dynamic shared memory.
 #[inline(always)]
-pub unsafe fn run<const K: usize, const R: u32, T: MmaElem, const TEAMS: u32, const EARLY: bool>(a: &Args) {
+pub unsafe fn run<const K: usize, const R: u32, T: MmaElem, const TEAMS: u32, const EARLY: bool, const XREG: bool>(
+    a: &Args,
+) {
     const { assert!(K >= 2 && K <= 5 && (R == 1 || R == 4 || R == 8) && (TEAMS == 1 || TEAMS == 2)) };
     const { assert!(!EARLY || (TEAMS == 1 && K <= 4)) };
+    const { assert!(!XREG || (TEAMS == 1 && !EARLY)) };
     let tid = ptx::tid();
     let (lane, w) = (tid & 31, if TEAMS == 1 { tid >> 5 } else { (tid >> 5) % dg::WARPS });
     let team = if TEAMS == 1 { 0 } else { tid / dg::THREADS };
@@ -398,9 +437,17 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem, const TEAMS: u32, co
     } else {
         ([[0u32; 4]; 4], Ready { planes: [[0; K]; 2], s2: [0; 2] })
     };
+    // XREG: the table's barrier before the release, the activations
+    // straight into registers after it, and no barrier there.
+    if XREG {
+        ptx::bar_sync();
+    }
     ptx::after_producers();
-    unsafe { stage_x::<R, TEAMS>(xbase, a.x, a.m, a.k, tid) };
-    ptx::bar_sync();
+    let xb = if XREG { unsafe { load_x::<R>(a, w, g, t) } } else { [[0; 4]; 4] };
+    if !XREG {
+        unsafe { stage_x::<R, TEAMS>(xbase, a.x, a.m, a.k, tid) };
+        ptx::bar_sync();
+    }
 
     let walk = Walk {
         t,
@@ -436,7 +483,7 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem, const TEAMS: u32, co
         // `blk` holds the next group's first step when the loop ends.
         while s < k_steps {
             let cur = blk;
-            s = unsafe { walk.step::<K, R, T>(a, &cur, &mut blk, &mut at, s, &mut acc) };
+            s = unsafe { walk.step::<K, R, T, XREG>(a, &cur, &mut blk, &mut at, s, &mut acc, &xb) };
         }
         // (The thread index read again here: what derives from it is
         // recomputed per group rather than held through the steps.)
