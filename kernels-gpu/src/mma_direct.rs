@@ -41,6 +41,17 @@
 //! call's, that work leaves the path after the release. The mmas run in
 //! the same order on the same values: the same bits as the plain instance.
 //!
+//! # Activations in registers
+//!
+//! The `kbit_mma_direct_xreg_…` instances (`XREG`, one team, no early
+//! decode; K ≤ 2048, so every warp has at most one step per group) stage
+//! nothing: after the grid-dependency wait each lane loads the B registers
+//! of its warp's step from global memory (`load_x`) and keeps them for
+//! every group. The table's block barrier moves before the wait and none
+//! follows it. The staged-row region of shared memory stays in the layout
+//! (`kbit_format::mma_direct`), unused. The mmas run in the same order on
+//! the same values: the same bits as the staged instance.
+//!
 //! # Numerics
 //!
 //! Each weight is `T(T(cb) · T(amax))` and the products are summed in f32
