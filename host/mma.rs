@@ -92,7 +92,7 @@ pub struct MmaOptions {
     pub early_decode: Option<bool>,
     /// Direct-load variant only: `Some(true)`: one team whose warps load
     /// their one step's activations into registers instead of staging them
-    /// (sm_90, k = 2, 3, M = 2..8, K ≤ 2048, not with two teams or early
+    /// (sm_90, k ≤ 4, M = 2..8, K ≤ 2048, not with two teams or early
     /// decode); `Some(false)`: never; `None`: the planner's choice.
     pub x_registers: Option<bool>,
 }
@@ -457,15 +457,15 @@ fn direct_early(rows: u32, groups: u32, grid: u32, k: u32, sms: u32, resident: u
 }
 
 /// Whether a direct-load plan for `m` rows and `groups` groups, where an
-/// instance with the activations in registers exists (sm_90, k = 2, 3,
+/// instance with the activations in registers exists (sm_90, k ≤ 4,
 /// K ≤ 2048, four or eight staged rows), takes it: at M = 2 (64 groups or
 /// more) and at M = 5..8 on up to 528 groups. Each warp then loads its one
 /// step's activations (64 bytes a lane) right after the grid-dependency
 /// wait, and no block barrier follows: the staging round trip and barrier
 /// leave the path of the first step. Measured on an H200 (A/B in one run,
-/// `bench-results/nvidia-h200-2026-11-29-x-registers-ab.md`, k = 2, 3): M = 2
-/// `gateup`, `q`, 2048×8448, 1024×16384 −5 to −11 % (GLM shared −3 / 0 %);
-/// M = 5 −12 to −18 %; M = 8 −7 to −10 %. Not taken where it lost or was
+/// `bench-results/nvidia-h200-2026-11-29-x-registers-ab.md` §4, §5): M = 2
+/// `gateup`, `q`, 2048×8448, 1024×16384 −4 to −12 % (GLM shared 0 to
+/// −5 %); M = 5 −10 to −23 %; M = 8 −2 to −15 %. Not taken where it lost or was
 /// mixed: one row (no instance: `q` +3 %, `gateup` −1 to +1 %, GLM shared
 /// +7 to +9 % against its early decode), M = 4 (`gateup` +4 %, `kv` +15 %, GLM
 /// shared +5 to +8 %, `q` and 1024×16384 −2 to −4 %), past 528 groups (GLM
@@ -679,7 +679,7 @@ impl Context {
                 return Err(Error::SplitK {
                     what: "x_registers",
                     value: 1,
-                    reason: "activations in registers run on sm_90 at k = 2, 3, M = 2..8 and K ≤ 2048, with one team and no early decode only".into(),
+                    reason: "activations in registers run on sm_90 at k ≤ 4, M = 2..8 and K ≤ 2048, with one team and no early decode only".into(),
                 });
             }
             (Some(false), _) | (None, None) => false,

@@ -170,9 +170,9 @@ pub(crate) fn mma_direct_early_slot(bits: u32, rows: u32, dtype: Dtype) -> Optio
 }
 
 /// Bit widths and staged row counts with direct-load instances whose warps
-/// load their step's activations into registers (sm_90 only: k = 4, 5 take
-/// more than 64 registers that way, and one row measured slower).
-pub(crate) const MMA_DIRECT_XREG_BITS: [u32; 2] = [2, 3];
+/// load their step's activations into registers (sm_90 only: k = 5 takes
+/// more than its 80 registers that way, and one row measured slower).
+pub(crate) const MMA_DIRECT_XREG_BITS: [u32; 3] = [2, 3, 4];
 /// See [`MMA_DIRECT_XREG_BITS`].
 pub(crate) const MMA_DIRECT_XREG_ROWS: [u32; 2] = [4, 8];
 
@@ -413,7 +413,7 @@ pub mod names {
     /// ```
     /// use kbit::{Dtype, module::names};
     /// let all = names::all_mma_direct_xreg();
-    /// assert_eq!((all.len(), all[3].as_str()), (8, "kbit_mma_direct_xreg_k2_r8_bf16"));
+    /// assert_eq!((all.len(), all[3].as_str()), (12, "kbit_mma_direct_xreg_k2_r8_bf16"));
     /// ```
     pub fn all_mma_direct_xreg() -> Vec<String> {
         let mut v = Vec::new();

@@ -134,7 +134,7 @@ pub struct Plan {
     /// Direct-load variant, one team: the warps decode half of their first
     /// step before the grid-dependency wait (`kbit_mma_direct_early_*`).
     pub early_decode: bool,
-    /// Direct-load variant, one team, K ≤ 2048 (sm_90, k = 2, 3, M = 2..8):
+    /// Direct-load variant, one team, K ≤ 2048 (sm_90, k ≤ 4, M = 2..8):
     /// each warp loads its one step's activations into registers after the
     /// grid-dependency wait instead of the block staging them
     /// (`kbit_mma_direct_xreg_*`).

@@ -242,7 +242,7 @@ macro_rules! mma_direct_entries {
 
 // Every (k, staged rows, dtype) with one team; k ≤ 4 (64 registers) also
 // with two, and with one that decodes its first step before the release;
-// with one team and the activations in registers (K ≤ 2048) at k = 2, 3
+// with one team and the activations in registers (K ≤ 2048) at k ≤ 4
 // and four or eight rows: sm_90a entries (`build.rs`), measured on sm_90
 // only, and at k = 2 one register over the 64 of two blocks on sm_89.
 mma_direct_entries! {
@@ -277,6 +277,8 @@ mma_direct_entries! {
     kbit_mma_direct_xreg_k2_r8_f16: 2, 8, F16, 1, false, true; kbit_mma_direct_xreg_k2_r8_bf16: 2, 8, Bf16, 1, false, true;
     kbit_mma_direct_xreg_k3_r4_f16: 3, 4, F16, 1, false, true; kbit_mma_direct_xreg_k3_r4_bf16: 3, 4, Bf16, 1, false, true;
     kbit_mma_direct_xreg_k3_r8_f16: 3, 8, F16, 1, false, true; kbit_mma_direct_xreg_k3_r8_bf16: 3, 8, Bf16, 1, false, true;
+    kbit_mma_direct_xreg_k4_r4_f16: 4, 4, F16, 1, false, true; kbit_mma_direct_xreg_k4_r4_bf16: 4, 4, Bf16, 1, false, true;
+    kbit_mma_direct_xreg_k4_r8_f16: 4, 8, F16, 1, false, true; kbit_mma_direct_xreg_k4_r8_bf16: 4, 8, Bf16, 1, false, true;
 }
 
 macro_rules! mma_grouped_entries {

@@ -268,6 +268,17 @@ unsafe fn half_mma<const R: u32, T: MmaElem>(a: &[[u32; 4]; 4], odd: u32, xs: u3
     });
 }
 
+/// [`half_mma`] with the step's activations in registers (`xb`, as in
+/// [`step_mma_x`]).
+#[inline(always)]
+fn half_mma_x<T: MmaElem>(a: &[[u32; 4]; 4], odd: usize, xb: &[[u32; 4]; 4], acc: &mut [f32; 4]) {
+    unrolled!(4, q => {
+        let x = &xb[q];
+        let b = if odd == 0 { [x[0], x[1]] } else { [x[2], x[3]] };
+        *acc = T::mma(a[q], b, *acc);
+    });
+}
+
 /// What a warp's steps share: the lane's place, the step count and the
 /// shared-memory addresses.
 struct Walk {
@@ -305,6 +316,20 @@ impl Walk {
     ) -> u32 {
         let ready = Ready::of::<T>(cur);
         let sn = s + dg::WARPS;
+        if XREG && K == 4 {
+            // The warp's one step: the next group's weights load over
+            // zeros once both halves are decoded, so that neither the
+            // block words nor the prerotated ones are live beside the 16
+            // activation registers (k = 4 spilled with the load first).
+            let a0 = unsafe { decode_half::<K, T>(&ready, 0, self.tbl, self.lanes) };
+            half_mma_x::<T>(&a0, 0, xb, acc);
+            let a1 = unsafe { decode_half::<K, T>(&ready, 1, self.tbl, self.lanes) };
+            *nxt = Blocks::ZERO;
+            *at = at.advance(self.slots);
+            unsafe { nxt.load_over(a, at, self.w, self.t) };
+            half_mma_x::<T>(&a1, 1, xb, acc);
+            return sn;
+        }
         if sn < self.k_steps {
             unsafe { nxt.load_over(a, at, sn, self.t) };
         } else {
