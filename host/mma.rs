@@ -459,20 +459,23 @@ fn direct_early(rows: u32, groups: u32, grid: u32, k: u32, sms: u32, resident: u
 /// Whether a direct-load plan for `m` rows and `groups` groups, where an
 /// instance with the activations in registers exists (sm_90, k ≤ 4,
 /// K ≤ 2048, four or eight staged rows), takes it: at M = 2 (64 groups or
-/// more) and at M = 5..8 on up to 528 groups. Each warp then loads its one
+/// more), at M = 3 on 64 to 528 groups and at M = 5..8 on up to 528 groups. Each warp then loads its one
 /// step's activations (64 bytes a lane) right after the grid-dependency
 /// wait, and no block barrier follows: the staging round trip and barrier
 /// leave the path of the first step. Measured on an H200 (A/B in one run,
 /// `bench-results/nvidia-h200-2026-11-29-x-registers-ab.md` §4, §5): M = 2
 /// `gateup`, `q`, 2048×8448, 1024×16384 −4 to −12 % (GLM shared 0 to
-/// −5 %); M = 5 −10 to −23 %; M = 8 −2 to −15 %. Not taken where it lost or was
+/// −5 %); M = 5 −10 to −23 %; M = 8 −2 to −15 %; M = 3 (§6) −4 to −8 % on
+/// 144 to 528 groups (`gateup` k = 4 +0.7 %). Not taken where it lost or was
 /// mixed: one row (no instance: `q` +3 %, `gateup` −1 to +1 %, GLM shared
 /// +7 to +9 % against its early decode), M = 4 (`gateup` +4 %, `kv` +15 %, GLM
-/// shared +5 to +8 %, `q` and 1024×16384 −2 to −4 %), past 528 groups (GLM
-/// shared, 640: −4 to −5 % at M = 5 but +1 to +3 % at M = 8 against two
-/// teams); M = 3 not measured.
+/// shared +5 to +8 %, `q` and 1024×16384 −2 to −4 %), `kv` at M = 3 (32
+/// groups, +3 to +9 %), past 528 groups at M = 3 (GLM shared +1 to +5 %,
+/// though 768 and 1024 groups at K = 1536, 1024 gained 4 to 10 %) and at
+/// M = 5..8 (GLM shared, 640: −3 to −8 % at M = 5, 6 but −3 to +2 % at
+/// M = 7, 8, against two teams).
 fn direct_x_registers(m: usize, groups: u32) -> bool {
-    (m == 2 && groups >= 64) || ((5..=8).contains(&m) && groups <= 528)
+    (m == 2 && groups >= 64) || (m == 3 && (64..=528).contains(&groups)) || ((5..=8).contains(&m) && groups <= 528)
 }
 
 /// The grid of a direct-load plan: `groups` 16-column groups for `m` rows
@@ -1079,7 +1082,11 @@ mod tests {
             assert!([256, 320, 528].iter().all(|&g| direct_x_registers(m, g)), "M = {m}");
             assert!(!direct_x_registers(m, 640), "GLM shared at M = {m}");
         }
-        for m in [1, 3, 4] {
+        for groups in [144, 192, 256, 320, 528] {
+            assert!(direct_x_registers(3, groups), "M = 3, {groups} groups");
+        }
+        assert!(!direct_x_registers(3, 640) && !direct_x_registers(3, 32), "GLM shared, kv at M = 3");
+        for m in [1, 4] {
             assert!(!direct_x_registers(m, 320), "M = {m}");
         }
         assert!(!direct_x_registers(2, 32), "kv at M = 2");
