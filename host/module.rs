@@ -162,11 +162,18 @@ pub(crate) const MMA_DIRECT_EARLY_ROWS: [u32; 2] = [1, 4];
 /// instances); `None` outside [`MMA_DIRECT_TEAM_BITS`] and
 /// [`MMA_DIRECT_EARLY_ROWS`].
 pub(crate) fn mma_direct_early_slot(bits: u32, rows: u32, dtype: Dtype) -> Option<usize> {
-    let d = MMA_DTYPES.iter().position(|&x| x == dtype)?;
-    let r = MMA_DIRECT_EARLY_ROWS.iter().position(|&x| x == rows)?;
-    let b = MMA_DIRECT_TEAM_BITS.iter().position(|&x| x == bits)?;
     let base = (BITS.len() + MMA_DIRECT_TEAM_BITS.len()) * MMA_DIRECT_ROWS.len() * MMA_DTYPES.len();
-    Some(base + (b * MMA_DIRECT_EARLY_ROWS.len() + r) * MMA_DTYPES.len() + d)
+    Some(base + direct_index(&MMA_DIRECT_TEAM_BITS, &MMA_DIRECT_EARLY_ROWS, bits, rows, dtype)?)
+}
+
+/// Position of (`bits`, `rows`, `dtype`) in a run of direct-load instances
+/// ordered by bit width in `all_bits`, then row count in `all_rows`, then
+/// [`MMA_DTYPES`]; `None` outside them.
+fn direct_index(all_bits: &[u32], all_rows: &[u32], bits: u32, rows: u32, dtype: Dtype) -> Option<usize> {
+    let d = MMA_DTYPES.iter().position(|&x| x == dtype)?;
+    let r = all_rows.iter().position(|&x| x == rows)?;
+    let b = all_bits.iter().position(|&x| x == bits)?;
+    Some((b * all_rows.len() + r) * MMA_DTYPES.len() + d)
 }
 
 /// Bit widths and staged row counts with direct-load instances whose warps
@@ -181,10 +188,7 @@ pub(crate) const MMA_DIRECT_XREG_ROWS: [u32; 2] = [4, 8];
 /// `None` for f32 or outside [`MMA_DIRECT_XREG_BITS`] and
 /// [`MMA_DIRECT_XREG_ROWS`].
 pub(crate) fn mma_direct_xreg_slot(bits: u32, rows: u32, dtype: Dtype) -> Option<usize> {
-    let d = MMA_DTYPES.iter().position(|&x| x == dtype)?;
-    let r = MMA_DIRECT_XREG_ROWS.iter().position(|&x| x == rows)?;
-    let b = MMA_DIRECT_XREG_BITS.iter().position(|&x| x == bits)?;
-    Some((b * MMA_DIRECT_XREG_ROWS.len() + r) * MMA_DTYPES.len() + d)
+    direct_index(&MMA_DIRECT_XREG_BITS, &MMA_DIRECT_XREG_ROWS, bits, rows, dtype)
 }
 
 /// Position of a direct-load mma kernel with `teams` teams per block in
@@ -192,15 +196,14 @@ pub(crate) fn mma_direct_xreg_slot(bits: u32, rows: u32, dtype: Dtype) -> Option
 /// ones); `None` for f32, a row count outside [`MMA_DIRECT_ROWS`], or two
 /// teams outside [`MMA_DIRECT_TEAM_BITS`].
 pub(crate) fn mma_direct_slot(bits: u32, rows: u32, dtype: Dtype, teams: u32) -> Option<usize> {
-    let d = MMA_DTYPES.iter().position(|&x| x == dtype)?;
-    let r = MMA_DIRECT_ROWS.iter().position(|&x| x == rows)?;
-    let per_bits = MMA_DIRECT_ROWS.len() * MMA_DTYPES.len();
-    let (base, b) = match teams {
-        1 => (0, BITS.iter().position(|&x| x == bits)?),
-        2 => (BITS.len() * per_bits, MMA_DIRECT_TEAM_BITS.iter().position(|&x| x == bits)?),
-        _ => return None,
-    };
-    Some(base + b * per_bits + r * MMA_DTYPES.len() + d)
+    match teams {
+        1 => direct_index(&BITS, &MMA_DIRECT_ROWS, bits, rows, dtype),
+        2 => {
+            let base = BITS.len() * MMA_DIRECT_ROWS.len() * MMA_DTYPES.len();
+            Some(base + direct_index(&MMA_DIRECT_TEAM_BITS, &MMA_DIRECT_ROWS, bits, rows, dtype)?)
+        }
+        _ => None,
+    }
 }
 
 /// Layout of a weight a dequantize kernel reads.
@@ -807,5 +810,37 @@ impl Kernels {
     pub fn dequant(&self, layout: LayoutKind, bits: u32, dtype: Dtype) -> &Streaming {
         let l = (layout == LayoutKind::Tiled) as usize;
         &self.dequant[(bits_slot(bits) * 2 + l) * 3 + dtype.slot()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn direct_slots_follow_the_name_tables() {
+        let (all, xreg) = (names::all_mma_direct(), names::all_mma_direct_xreg());
+        let (mut found, mut found_xreg) = (0, 0);
+        for bits in BITS {
+            for rows in MMA_DIRECT_ROWS {
+                for dtype in DTYPES {
+                    for teams in [1, 2] {
+                        if let Some(i) = mma_direct_slot(bits, rows, dtype, teams) {
+                            assert_eq!(all[i], names::mma_direct(bits, rows, dtype, teams));
+                            found += 1;
+                        }
+                    }
+                    if let Some(i) = mma_direct_early_slot(bits, rows, dtype) {
+                        assert_eq!(all[i], names::mma_direct_early(bits, rows, dtype));
+                        found += 1;
+                    }
+                    if let Some(i) = mma_direct_xreg_slot(bits, rows, dtype) {
+                        assert_eq!(xreg[i], names::mma_direct_xreg(bits, rows, dtype));
+                        found_xreg += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!((found, found_xreg), (all.len(), xreg.len()));
     }
 }
