@@ -390,24 +390,9 @@ pub mod names {
     /// assert_eq!(all[24], names::mma_direct(2, 1, Dtype::F16, 2));
     /// ```
     pub fn all_mma_direct() -> Vec<String> {
-        let mut v = Vec::new();
-        let kinds = [(1, &super::BITS[..]), (2, &super::MMA_DIRECT_TEAM_BITS[..])];
-        for (teams, all_bits) in kinds {
-            for &bits in all_bits {
-                for r in super::MMA_DIRECT_ROWS {
-                    for d in super::MMA_DTYPES {
-                        v.push(mma_direct(bits, r, d, teams));
-                    }
-                }
-            }
-        }
-        for bits in super::MMA_DIRECT_TEAM_BITS {
-            for r in super::MMA_DIRECT_EARLY_ROWS {
-                for d in super::MMA_DTYPES {
-                    v.push(mma_direct_early(bits, r, d));
-                }
-            }
-        }
+        let mut v = direct_run(&super::BITS, &super::MMA_DIRECT_ROWS, |b, r, d| mma_direct(b, r, d, 1));
+        v.extend(direct_run(&super::MMA_DIRECT_TEAM_BITS, &super::MMA_DIRECT_ROWS, |b, r, d| mma_direct(b, r, d, 2)));
+        v.extend(direct_run(&super::MMA_DIRECT_TEAM_BITS, &super::MMA_DIRECT_EARLY_ROWS, mma_direct_early));
         v
     }
     /// The direct-load entry points with the activations in registers (the
@@ -419,11 +404,17 @@ pub mod names {
     /// assert_eq!((all.len(), all[3].as_str()), (12, "kbit_mma_direct_xreg_k2_r8_bf16"));
     /// ```
     pub fn all_mma_direct_xreg() -> Vec<String> {
+        direct_run(&super::MMA_DIRECT_XREG_BITS, &super::MMA_DIRECT_XREG_ROWS, mma_direct_xreg)
+    }
+    /// `name` of every (bits, rows, dtype) in `all_bits` × `all_rows` ×
+    /// [`MMA_DTYPES`](super::MMA_DTYPES), in that order (the order
+    /// `direct_index` gives positions in).
+    fn direct_run(all_bits: &[u32], all_rows: &[u32], name: impl Fn(u32, u32, Dtype) -> String) -> Vec<String> {
         let mut v = Vec::new();
-        for bits in super::MMA_DIRECT_XREG_BITS {
-            for r in super::MMA_DIRECT_XREG_ROWS {
+        for &bits in all_bits {
+            for &r in all_rows {
                 for d in super::MMA_DTYPES {
-                    v.push(mma_direct_xreg(bits, r, d));
+                    v.push(name(bits, r, d));
                 }
             }
         }
