@@ -508,6 +508,26 @@ fn direct_grid(groups: u32, m: usize, sms: u32, resident: u32) -> u32 {
     if rows == 8 || one_per_sm(spread as u64, half) { spread } else { full }
 }
 
+/// The grid of a direct-load plan with the activations in registers for
+/// `m` rows and `groups` groups of a `bits`-bit weight: at k = 4 and M =
+/// 5..8 with more groups than SMs and at most three per SM, the groups
+/// spread evenly over at most one block per SM (each block two or three
+/// groups in turn); elsewhere [`direct_grid`]. Measured on an H200 (A/B
+/// in one run, `bench-results/nvidia-h200-2026-11-29-split-grid-ab.md`
+/// §3) against the full wave of two blocks per SM that `direct_grid`
+/// gives there: Qwen3 `gateup` (320 groups) M = 5 / 6 / 7 / 8 −2.0 /
+/// −4.1 / −5.8 / −7.2 %, 2048×6144 (384) −6 to −12 %. Not taken where it
+/// lost or was mixed: k = 3 (`gateup` +8 to +11 %), k = 2 (`gateup` +4.5 %
+/// at M = 5, −1.5 % at M = 8, though 2048×6144 gained 15 to 18 %), and
+/// four groups per block (448 and 528 groups: +1 to +4 % at k = 4).
+fn direct_xreg_grid(bits: u32, groups: u32, m: usize, sms: u32, resident: u32) -> u32 {
+    if bits == 4 && (5..=8).contains(&m) && groups > sms && groups <= 3 * sms {
+        groups.div_ceil(groups.div_ceil(sms))
+    } else {
+        direct_grid(groups, m, sms, resident)
+    }
+}
+
 /// A plan whose blocks each own whole columns and all of K (the K-slot and
 /// direct-load variants): `n_tiles` column blocks or groups of `tile`'s
 /// width, one block each, no split-K, no workspace, one stage of one K
@@ -689,7 +709,7 @@ impl Context {
             (None, Some(_)) => opts.teams.is_none() && opts.early_decode.is_none() && direct_x_registers(m, n_tiles),
         };
         let (teams, early_decode, resident, smem, grid) = match xreg_resident {
-            Some(r) if x_registers => (1, false, r, smem1, direct_grid(n_tiles, m, sms, r)),
+            Some(r) if x_registers => (1, false, r, smem1, direct_xreg_grid(bits, n_tiles, m, sms, r)),
             _ => (teams, early_decode, resident, smem, grid),
         };
         let tile = TileConfig { m_blocks: 1, tile_n: direct::GROUP_COLS, tile_slots: 1, blocks_per_sm: resident };
@@ -1070,6 +1090,25 @@ mod tests {
         assert_eq!(direct_grid(320, 4, 132, 2), 264);
         assert_eq!(direct_grid(256, 4, 132, 1), 132);
         assert_eq!(direct_grid(0, 4, 0, 0), 0);
+    }
+
+    /// k = 4, M = 5..8, more groups than SMs and at most three per SM:
+    /// one block per SM at most; otherwise `direct_grid`'s.
+    #[test]
+    fn direct_xreg_grid_spreads_where_measured_faster() {
+        // Qwen3 gate/up (320 groups): three groups on each of 107 blocks.
+        for m in 5..=8 {
+            assert_eq!(direct_xreg_grid(4, 320, m, 132, 2), 107, "M = {m}");
+            assert_eq!(direct_xreg_grid(4, 384, m, 132, 2), 128, "M = {m}");
+        }
+        // Other k, fewer rows, four groups per SM, or no more groups than SMs.
+        assert_eq!(direct_xreg_grid(3, 320, 8, 132, 2), 264);
+        assert_eq!(direct_xreg_grid(2, 320, 8, 132, 2), 264);
+        assert_eq!(direct_xreg_grid(4, 320, 4, 132, 2), 264);
+        assert_eq!(direct_xreg_grid(4, 320, 3, 132, 2), 264);
+        assert_eq!(direct_xreg_grid(4, 528, 8, 132, 2), 264);
+        assert_eq!(direct_xreg_grid(4, 256, 8, 132, 2), 128);
+        assert_eq!(direct_xreg_grid(4, 32, 8, 132, 2), 32);
     }
 
     #[test]
