@@ -519,7 +519,7 @@ fn direct_grid(groups: u32, m: usize, sms: u32, resident: u32) -> u32 {
 /// −4.1 / −5.8 / −7.2 %, 2048×6144 (384) −6 to −12 %. Not taken where it
 /// lost or was mixed: k = 3 (`gateup` +8 to +11 %), k = 2 (`gateup` +4.5 %
 /// at M = 5, −1.5 % at M = 8, though 2048×6144 gained 15 to 18 %), and
-/// four groups per block (448 and 528 groups: +1 to +4 % at k = 4).
+/// four groups per block (448 and 528 groups: −1 to +4 % at k = 4).
 fn direct_xreg_grid(bits: u32, groups: u32, m: usize, sms: u32, resident: u32) -> u32 {
     if bits == 4 && (5..=8).contains(&m) && groups > sms && groups <= 3 * sms {
         groups.div_ceil(groups.div_ceil(sms))
