@@ -106,6 +106,9 @@ fn launch_bounds(entry: &str) -> Option<&'static str> {
         Some(".maxnreg 64\n")
     } else if entry.starts_with("kbit_mma_direct_teams_") {
         Some(".maxntid 1024, 1, 1\n")
+    } else if entry.starts_with("kbit_mma_direct_k") && entry.contains("_r16_") {
+        // Sixteen staged rows hold an SM to one block by shared memory.
+        Some(".maxntid 512, 1, 1\n")
     } else if entry.starts_with("kbit_mma_direct_k5_") {
         Some(".maxntid 512, 1, 1\n.maxnreg 80\n")
     } else if entry.starts_with("kbit_mma_direct_") {

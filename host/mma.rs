@@ -12,8 +12,9 @@
 //! calls at M = 5..8 by the table of [`crate::mid_m`] where it decides, and
 //! otherwise by the rules of `kslots_first` (at M ≤ 8 on grids resident in
 //! one wave, or 5/4 of one at k ≥ 4, and at M = 9..16 on some);
-//! [`MmaOptions::k_slots`] forces either form. At M ≤ 4, and at M = 5..8
-//! on all but small shapes (`direct_preferred`), it runs the
+//! [`MmaOptions::k_slots`] forces either form. At M ≤ 4, at M = 5..8
+//! on all but small shapes, and at M = 9..16 on shapes of two 16-column
+//! groups per SM or more (`direct_preferred`), it runs the
 //! direct-load variant (`kernels-gpu/src/mma_direct.rs`: each lane loads
 //! two whole quant blocks into registers a step ahead; teams of 16 warps
 //! walk 16-column groups and split K over their warps, one team per
@@ -77,7 +78,7 @@ pub struct MmaOptions {
     /// stages only); `Some(false)`: the pipelined kernel; `None`: the
     /// planner's choice ([`Context::mma_plan`]).
     pub k_slots: Option<bool>,
-    /// `Some(true)`: the direct-load variant (M ≤ 8, automatic splits and
+    /// `Some(true)`: the direct-load variant (M ≤ 16, automatic splits and
     /// stages only); `Some(false)`: never it; `None`: the planner's choice.
     /// A forced `k_slots` rules it out.
     pub direct: Option<bool>,
@@ -406,9 +407,22 @@ fn kslots_first(p: &Plan, bits: u32, sms: u32, units: u32) -> bool {
 /// K = 2048, up to 7 % slower); outside it up to 60 % slower (K = 1024 or
 /// N = 512: too few steps or groups to fill the GPU; N = 1024 at K = 8192:
 /// 64 groups, each one block's worth of 128 KiB staged rows).
-fn direct_preferred(m: usize, shape: Shape) -> bool {
+///
+/// At M = 9..16 (sixteen staged rows, one block per SM by shared memory)
+/// where K ≥ 2048 and there are at least two groups per SM of `sms`, and
+/// the rows fit a block's shared memory (the plan checks; K ≤ 5120 at k =
+/// 4 on an H100 / H200). Measured on an H200 against the K-slot plans
+/// (A/B in one run, `bench-results/nvidia-h200-2026-11-29-r16-ab.md`):
+/// GLM shared −11 to −28 %, Qwen3 `gateup` −0.3 to −14 %, Llama-3-8B −2
+/// to −8 % at k = 2..4 (k = 5 ±1 %). Not taken where it lost: 256 groups
+/// or fewer (`q` +1 to +10 %, `o` and `down` −7 to +12 %, `kv` +14 to
+/// +27 %).
+fn direct_preferred(m: usize, shape: Shape, sms: u32) -> bool {
     let (n, k) = (shape.n, shape.k);
-    m <= 4 || (m <= direct::MAX_M as usize && k >= 2048 && (n >= 2048 || (n >= 1024 && k <= 4096)))
+    let groups = direct::groups(n as u32) as u64;
+    m <= 4
+        || (m <= 8 && k >= 2048 && (n >= 2048 || (n >= 1024 && k <= 4096)))
+        || (m <= 16 && k >= 2048 && groups >= 2 * sms.max(1) as u64)
 }
 
 /// Whether a direct-load plan takes two teams of 16 warps per block (one
@@ -740,7 +754,7 @@ impl Context {
         let auto = opts.k_slots.is_none() && opts.splits == Splits::Auto && opts.stage_tiles.is_none();
         Ok(match opts.direct {
             Some(true) => Some(plan()?),
-            None if auto && direct_preferred(m, shape) => plan().ok(),
+            None if auto && direct_preferred(m, shape, sms) => plan().ok(),
             _ => None,
         })
     }
@@ -1172,25 +1186,37 @@ mod tests {
         assert!(!direct_teams(4, 8, 8192, false, 2));
     }
 
-    /// The direct-load variant's region at M = 5..8, on the design shapes
-    /// (`Shape::new(N, K)`) and the edges of the rule.
+    /// The direct-load variant's region at M = 5..16, on the design shapes
+    /// (`Shape::new(N, K)`) and the edges of the rule, for 132 SMs.
     #[test]
     fn direct_preferred_covers_the_measured_region() {
         let s = |n, k| Shape::new(n, k).unwrap();
         for m in 1..=4 {
-            assert!(direct_preferred(m, s(512, 1024)), "M ≤ 4 always");
+            assert!(direct_preferred(m, s(512, 1024), 132), "M ≤ 4 always");
         }
         for m in 5..=8 {
             // gateup, down, q, o; Llama-3-8B and -70B.
             for (n, k) in [(5120, 2048), (2048, 5120), (4096, 2048), (2048, 4096), (14336, 4096), (28672, 8192)] {
-                assert!(direct_preferred(m, s(n, k)), "M {m} N {n} K {k}");
+                assert!(direct_preferred(m, s(n, k), 132), "M {m} N {n} K {k}");
             }
             // kv (and moe_gu), moe_dn, K = 1024, N = 1024 on K = 8192.
             for (n, k) in [(512, 2048), (2048, 512), (8192, 1024), (1024, 8192)] {
-                assert!(!direct_preferred(m, s(n, k)), "M {m} N {n} K {k}");
+                assert!(!direct_preferred(m, s(n, k), 132), "M {m} N {n} K {k}");
             }
-            assert!(direct_preferred(m, s(1024, 4096)) && !direct_preferred(m, s(1024, 6144)));
+            assert!(direct_preferred(m, s(1024, 4096), 132) && !direct_preferred(m, s(1024, 6144), 132));
         }
-        assert!(!direct_preferred(9, s(28672, 8192)), "the variant stops at M = 8");
+        for m in 9..=16 {
+            // gateup, GLM shared, Llama-3-8B: 320, 640 and 896 groups.
+            for (n, k) in [(5120, 2048), (10240, 2048), (14336, 4096)] {
+                assert!(direct_preferred(m, s(n, k), 132), "M {m} N {n} K {k}");
+            }
+            // q (256 groups), o, down, kv; K = 1024.
+            for (n, k) in [(4096, 2048), (2048, 4096), (2048, 5120), (512, 2048), (16384, 1024)] {
+                assert!(!direct_preferred(m, s(n, k), 132), "M {m} N {n} K {k}");
+            }
+            // `q` on a GPU of 64 SMs has two groups per SM.
+            assert!(direct_preferred(m, s(4096, 2048), 64));
+        }
+        assert!(!direct_preferred(17, s(10240, 2048), 132), "the variant stops at M = 16");
     }
 }

@@ -149,6 +149,10 @@ pub(crate) fn mma_kslots_slot(bits: u32, nf: u32, dtype: Dtype, grouped: bool) -
 /// Staged activation rows of the direct-load mma instances, in table order.
 pub(crate) const MMA_DIRECT_ROWS: [u32; 3] = [1, 4, 8];
 
+/// Staged rows of the one-team direct-load instances past
+/// [`MMA_DIRECT_ROWS`] (M = 9..16), after the early-decode instances.
+pub(crate) const MMA_DIRECT_WIDE_ROWS: [u32; 1] = [16];
+
 /// Bit widths with two-team direct-load instances (k = 5 takes more than
 /// the 64 registers of 1024 threads).
 pub(crate) const MMA_DIRECT_TEAM_BITS: [u32; 3] = [2, 3, 4];
@@ -193,10 +197,18 @@ pub(crate) fn mma_direct_xreg_slot(bits: u32, rows: u32, dtype: Dtype) -> Option
 
 /// Position of a direct-load mma kernel with `teams` teams per block in
 /// [`Kernels::mma_direct`] (the one-team instances, then the two-team
-/// ones); `None` for f32, a row count outside [`MMA_DIRECT_ROWS`], or two
-/// teams outside [`MMA_DIRECT_TEAM_BITS`].
+/// ones; one team with [`MMA_DIRECT_WIDE_ROWS`] after the early-decode
+/// ones); `None` for f32, a row count outside [`MMA_DIRECT_ROWS`] and
+/// [`MMA_DIRECT_WIDE_ROWS`], or two teams outside [`MMA_DIRECT_TEAM_BITS`]
+/// and [`MMA_DIRECT_ROWS`].
 pub(crate) fn mma_direct_slot(bits: u32, rows: u32, dtype: Dtype, teams: u32) -> Option<usize> {
     match teams {
+        1 if MMA_DIRECT_WIDE_ROWS.contains(&rows) => {
+            let teams = (BITS.len() + MMA_DIRECT_TEAM_BITS.len()) * MMA_DIRECT_ROWS.len();
+            let early = MMA_DIRECT_TEAM_BITS.len() * MMA_DIRECT_EARLY_ROWS.len();
+            let base = (teams + early) * MMA_DTYPES.len();
+            Some(base + direct_index(&BITS, &MMA_DIRECT_WIDE_ROWS, bits, rows, dtype)?)
+        }
         1 => direct_index(&BITS, &MMA_DIRECT_ROWS, bits, rows, dtype),
         2 => {
             let base = BITS.len() * MMA_DIRECT_ROWS.len() * MMA_DTYPES.len();
@@ -343,8 +355,8 @@ pub mod names {
         v
     }
     /// `kbit_mma_direct_k{bits}_r{rows}_{dtype}` (tensor-core GEMM,
-    /// direct-load variant, `rows` = 1, 4 or 8 staged activation rows, one
-    /// team of 16 warps per block), `kbit_mma_direct_teams_…` with two.
+    /// direct-load variant, `rows` = 1, 4, 8 or 16 staged activation rows,
+    /// one team of 16 warps per block), `kbit_mma_direct_teams_…` with two.
     ///
     /// ```
     /// use kbit::{Dtype, module::names};
@@ -379,13 +391,14 @@ pub mod names {
     }
     /// Every direct-load mma entry point of the common module, in the kernel
     /// table's order: one team at every k, then two teams at k ≤ 4, then the
-    /// early-decode instances.
+    /// early-decode instances, then one team with sixteen rows.
     ///
     /// ```
     /// use kbit::{Dtype, module::names};
     /// let all = names::all_mma_direct();
-    /// assert_eq!((all.len(), all[0].as_str()), (54, "kbit_mma_direct_k2_r1_f16"));
+    /// assert_eq!((all.len(), all[0].as_str()), (62, "kbit_mma_direct_k2_r1_f16"));
     /// assert_eq!(all[42], names::mma_direct_early(2, 1, Dtype::F16));
+    /// assert_eq!(all[54], names::mma_direct(2, 16, Dtype::F16, 1));
     /// assert_eq!(all[3], names::mma_direct(2, 4, Dtype::Bf16, 1));
     /// assert_eq!(all[24], names::mma_direct(2, 1, Dtype::F16, 2));
     /// ```
@@ -393,6 +406,7 @@ pub mod names {
         let mut v = direct_run(&super::BITS, &super::MMA_DIRECT_ROWS, |b, r, d| mma_direct(b, r, d, 1));
         v.extend(direct_run(&super::MMA_DIRECT_TEAM_BITS, &super::MMA_DIRECT_ROWS, |b, r, d| mma_direct(b, r, d, 2)));
         v.extend(direct_run(&super::MMA_DIRECT_TEAM_BITS, &super::MMA_DIRECT_EARLY_ROWS, mma_direct_early));
+        v.extend(direct_run(&super::BITS, &super::MMA_DIRECT_WIDE_ROWS, |b, r, d| mma_direct(b, r, d, 1)));
         v
     }
     /// The direct-load entry points with the activations in registers (the
@@ -579,7 +593,7 @@ pub mod names {
     /// ```
     /// use kbit::module::names;
     /// let all = names::all();
-    /// assert_eq!((all.len(), all[0].as_str()), (440, "kbit_repack_k2"));
+    /// assert_eq!((all.len(), all[0].as_str()), (448, "kbit_repack_k2"));
     /// assert_eq!(all.iter().collect::<std::collections::HashSet<_>>().len(), all.len());
     /// assert!(!all.iter().any(|n| n.starts_with("kbit_wgmma_"))); // those are in the sm_90a module
     /// ```
@@ -813,7 +827,7 @@ mod tests {
         let (all, xreg) = (names::all_mma_direct(), names::all_mma_direct_xreg());
         let (mut found, mut found_xreg) = (0, 0);
         for bits in BITS {
-            for rows in MMA_DIRECT_ROWS {
+            for rows in MMA_DIRECT_ROWS.into_iter().chain(MMA_DIRECT_WIDE_ROWS) {
                 for dtype in DTYPES {
                     for teams in [1, 2] {
                         if let Some(i) = mma_direct_slot(bits, rows, dtype, teams) {

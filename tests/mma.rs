@@ -1162,7 +1162,8 @@ fn refuses_rows_past_and_fixed_splits(ctx: &Context, rng: &mut SmallRng, opts: M
 }
 
 /// The direct-load variant (`MmaOptions::direct`), forced on every k, both
-/// dtypes and M = 1..8 (one, four and eight staged rows), against the f64
+/// dtypes and M = 1..8 (one, four and eight staged rows; sixteen in the
+/// next test), against the f64
 /// references: the design's shapes and awkward ones (N = 8, 72, 129, 2312,
 /// 4100: partial groups; K = 32, 96, 160, 2080: steps with blocks past K;
 /// more groups than blocks; two groups per block on half the slots at
@@ -1199,11 +1200,64 @@ fn direct_variant_matches_the_f64_references() {
             }
         }
     }
-    // Past eight rows, and any split policy but the automatic one, are
+    // Past sixteen rows, and any split policy but the automatic one, are
     // refused by name.
     let opts = MmaOptions { direct: Some(true), ..MmaOptions::default() };
-    refuses_rows_past_and_fixed_splits(&ctx, &mut rng, opts, 8, "direct");
+    refuses_rows_past_and_fixed_splits(&ctx, &mut rng, opts, 16, "direct");
     eprintln!("direct-load variant: {i} cases match");
+}
+
+/// The direct-load variant at M = 9..16 (sixteen staged rows, two column
+/// tiles per step), forced on every k and both dtypes, against the f64
+/// references on the design's shapes and awkward ones (K = 32, 96, 160,
+/// 2080: steps with blocks past K; N = 72, 129, 520, 2312: partial groups;
+/// K = 5120: 160 KiB of staged rows), poisoned outputs, a repeated call
+/// bit-identical; and rows 0..8 and 8..M each bit for bit the direct-load
+/// call on those rows alone (each tile's mmas run in the eight-row order).
+/// Where sixteen rows of K do not fit a block's shared memory (K = 8192)
+/// the call is refused by name.
+#[test]
+fn direct_sixteen_rows_match_the_references_and_eight() {
+    let Some(ctx) = common::gpu("direct_sixteen_rows_match_the_references_and_eight") else { return };
+    let mut rng = common::rng("direct_sixteen_rows_match_the_references_and_eight");
+    let mut shapes: Vec<(usize, usize)> = common::SHAPES.iter().map(|&(_, k, n)| (k, n)).collect();
+    shapes.extend([(32, 4100), (96, 72), (160, 129), (2080, 520), (2048, 2312)]);
+    let opts = MmaOptions { direct: Some(true), ..MmaOptions::default() };
+    fn go<T: Element>(ctx: &Context, rng: &mut SmallRng, what: &str, m: usize, shape: Shape, bits: u32) {
+        let opts = MmaOptions { direct: Some(true), ..MmaOptions::default() };
+        let r = forced_run::<T>(ctx, rng, what, m, shape, bits, opts);
+        assert!(r.plan.direct && r.plan.teams == 1 && !r.plan.x_registers, "{what}: {:?}", r.plan);
+        let (k, n) = (shape.k, shape.n);
+        let x = ctx.stream().clone_dtoh(&r.x).unwrap();
+        for (lo, hi) in [(0, 8), (8, m)] {
+            let xd = ctx.stream().clone_htod(&x[lo * k..hi * k]).unwrap();
+            let (y, plan) = run(ctx, &xd, hi - lo, &r.weight, opts);
+            let rows = format!("{what}: rows {lo}..{hi} against {plan:?}");
+            common::assert_bits_eq(&y, &r.y[lo * n..hi * n], &rows);
+        }
+    }
+    let mut i = 0usize;
+    for &(k, n) in &shapes {
+        for bits in 2..=5u32 {
+            for bf in [false, true] {
+                let m = 9 + (i + i / 8) % 8;
+                i += 1;
+                let shape = Shape::new(n, k).unwrap();
+                let what = format!("direct M {m} K {k} N {n} k={bits} bf16={bf}");
+                if bf {
+                    go::<bf16>(&ctx, &mut rng, &what, m, shape, bits);
+                } else {
+                    go::<f16>(&ctx, &mut rng, &what, m, shape, bits);
+                }
+            }
+        }
+    }
+    let p = prepare::<f16>(&ctx, &mut rng, 8192, 64, 4);
+    let x = ctx.stream().clone_htod(&vec![f16::ZERO; 9 * 8192]).unwrap();
+    let mut y = ctx.stream().alloc_zeros::<f16>(9 * 64).unwrap();
+    let e = ctx.mma_gemm_with(&x, 9, &p.dev, &mut y, opts).unwrap_err();
+    assert!(matches!(e, Error::SharedMemory { .. }), "{e}");
+    eprintln!("direct-load variant, sixteen rows: {i} cases match");
 }
 
 /// The direct-load variant with two teams per block (`Plan::teams`,

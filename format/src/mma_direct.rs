@@ -1,5 +1,5 @@
 //! Geometry of the direct-load variant of the tensor-core GEMM (kernel 2
-//! for M ≤ 8), shared by the host (grid, shared memory)
+//! for M ≤ 16), shared by the host (grid, shared memory)
 //! and the device.
 //!
 //! No pipeline in shared memory: every lane loads the plane words and
@@ -26,24 +26,27 @@
 //! 4·(i % 2) + 2 (a2, a3), so the pair table and lookups of the other
 //! tensor-core kernels serve unchanged. B holds the activation rows as its
 //! 8 columns (lane group g' reads row `g' % R`); of D only columns < M
-//! are kept.
+//! are kept. With sixteen rows each A meets two Bs, rows 0..8 and 8..16
+//! (lane group g' reads rows g' and g' + 8), into two sets of accumulators
+//! ([`tiles`]).
 //!
 //! # Shared memory
 //!
 //! ```text
 //! [ table | x | red 0 | red 1 (| red 2 | red 3 with two teams) ]
 //! table: the pair table of [`table_mb`] (`mma::table_bytes(k, table_mb(k))`)
-//! x:     R activation rows (R = 1 at M = 1, 4 at M = 2..4, else 8) in
-//!        step order: for step s, 8-element chunk i2 of a block (0..4),
-//!        lane quarter t, row r: 16 bytes at ((4s + i2)·4 + t)·R + r'
-//!        (r' = r; r ^ (t & 2) at R = 4 and r ^ 2t at R = 8 against bank
+//! x:     R activation rows (R = 1 at M = 1, 4 at M = 2..4, 8 at M =
+//!        5..8, else 16) in step order: for step s, 8-element chunk i2 of
+//!        a block (0..4), lane quarter t, row r: 16 bytes at
+//!        ((4s + i2)·4 + t)·R + r' (r' = r; r ^ (t & 2) at R = 4, r ^ 2t
+//!        at R = 8 and (r & 8) | (r & 7) ^ 2t at R = 16 against bank
 //!        conflicts, see [`x_offset`]), holding elements
 //!        128s + 32t + 8·i2 .. + 8 (zero past K and for rows ≥ M), so
 //!        that one 16-byte load gives a lane the B registers of mmas
 //!        2·i2 and 2·i2 + 1
-//! red:   two buffers per team of [warp][lane] × 4 f32 (a group's
-//!        accumulators; a team's groups alternate buffers, so one team
-//!        barrier per group suffices)
+//! red:   two buffers per team of [tile][warp][lane] × 4 f32 (a
+//!        group's accumulators, one tile or two at R = 16; a team's groups
+//!        alternate buffers, so one team barrier per group suffices)
 //! ```
 
 use crate::mma;
@@ -57,13 +60,14 @@ pub const GROUP_COLS: u32 = 16;
 /// K elements of a step: one quant block per lane quarter.
 pub const STEP_K: u32 = 128;
 /// Largest M.
-pub const MAX_M: u32 = 8;
+pub const MAX_M: u32 = 16;
 
-/// Activation rows staged for `m` rows: 1, 4 or 8.
+/// Activation rows staged for `m` rows: 1, 4, 8 or 16.
 ///
 /// ```
 /// use kbit_format::mma_direct::rows;
 /// assert_eq!((rows(1), rows(2), rows(4), rows(5), rows(8)), (1, 4, 4, 8, 8));
+/// assert_eq!((rows(9), rows(16)), (16, 16));
 /// ```
 #[inline(always)]
 pub const fn rows(m: u32) -> u32 {
@@ -71,9 +75,23 @@ pub const fn rows(m: u32) -> u32 {
         1
     } else if m <= 4 {
         4
-    } else {
+    } else if m <= 8 {
         8
+    } else {
+        16
     }
+}
+
+/// The mma column tiles (Bs of 8 activation rows) of `r` staged rows: 2
+/// at sixteen, else 1.
+///
+/// ```
+/// use kbit_format::mma_direct::tiles;
+/// assert_eq!((tiles(1), tiles(8), tiles(16)), (1, 1, 2));
+/// ```
+#[inline(always)]
+pub const fn tiles(r: u32) -> u32 {
+    if r > 8 { 2 } else { 1 }
 }
 
 /// Steps of a K: `ceil(K / 128)`.
@@ -116,22 +134,25 @@ pub const fn x_base(bits: u32) -> u32 {
 /// `r ^ (t & 2)`: unswizzled the chunks `4t + r` of a phase meet in pairs
 /// on the same banks (t and t + 2); with eight it is `r ^ 2t`, where
 /// unswizzled the chunks `8t + r` of all four quarters would share two
-/// bank groups. Swizzled, the 8 chunks of a phase cover all 32 banks once.
+/// bank groups. Sixteen rows ([`x_offset16`]) are two such blocks of
+/// eight (rows `r` and `r + 8` of a lane 128 bytes apart). Swizzled, the 8
+/// chunks of a phase cover all 32 banks once.
 ///
 /// ```
-/// use kbit_format::mma_direct::x_offset;
+/// use kbit_format::mma_direct::{x_offset, x_offset16};
 /// // Row 0, elements 32·t .. of step 0, chunk 0: the four quarters side by side.
 /// assert_eq!([0, 1, 2, 3].map(|t| x_offset(1, 0, 0, t, 0)), [0, 16, 32, 48]);
 /// assert_eq!(x_offset(4, 1, 2, 3, 1), (((4 + 2) * 4 + 3) * 4 + 3) * 16);
 /// // The 8 chunks of each phase of a load (lane groups g = 2p, 2p + 1)
 /// // fall in 8 distinct bank groups, at every step and chunk.
-/// for rows_r in [4, 8] {
+/// let at = |rows_r, s, i2, t, r| if rows_r == 16 { x_offset16(s, i2, t, r) } else { x_offset(rows_r, s, i2, t, r) };
+/// for (rows_r, tile) in [(4, 0), (8, 0), (16, 0), (16, 8)] {
 ///     for (s, i2) in [(0, 0), (3, 1)] {
 ///         for p in 0..4 {
 ///             let mut seen = [false; 8];
 ///             for t in 0..4 {
 ///                 for g in [2 * p, 2 * p + 1] {
-///                     let group = (x_offset(rows_r, s, i2, t, g % rows_r) / 16 % 8) as usize;
+///                     let group = (at(rows_r, s, i2, t, tile + g % rows_r) / 16 % 8) as usize;
 ///                     assert!(!seen[group]);
 ///                     seen[group] = true;
 ///                 }
@@ -139,6 +160,8 @@ pub const fn x_base(bits: u32) -> u32 {
 ///         }
 ///     }
 /// }
+/// // Sixteen rows: a lane's row g + 8 sits 128 bytes after its row g.
+/// assert_eq!(x_offset16(2, 1, 3, 13), x_offset16(2, 1, 3, 5) + 128);
 /// ```
 #[inline(always)]
 pub const fn x_offset(rows_r: u32, s: u32, i2: u32, t: u32, r: u32) -> u32 {
@@ -148,6 +171,15 @@ pub const fn x_offset(rows_r: u32, s: u32, i2: u32, t: u32, r: u32) -> u32 {
         _ => r,
     };
     (((4 * s + i2) * 4 + t) * rows_r + slot) * 16
+}
+
+/// [`x_offset`] at sixteen rows: two blocks of eight, each swizzled as
+/// eight rows are (`(r & 8) | (r & 7) ^ 2t`). (A function of its own, so
+/// that the arms of `x_offset` stay as the instances of 1, 4 and 8 rows
+/// were compiled and measured with.)
+#[inline(always)]
+pub const fn x_offset16(s: u32, i2: u32, t: u32, r: u32) -> u32 {
+    (((4 * s + i2) * 4 + t) * 16 + ((r & 8) | ((r & 7) ^ (2 * t)))) * 16
 }
 
 /// Where element `e` (0..K) of an activation row goes: (step, chunk,
@@ -164,14 +196,15 @@ pub const fn x_place(e: u32) -> (u32, u32, u32, u32) {
     (s, (in_step % 32) / 8, in_step / 32, in_step % 8)
 }
 
-/// Bytes of one reduction buffer: 16 warps × 32 lanes × 4 f32.
+/// Bytes of one tile of a reduction buffer: 16 warps × 32 lanes × 4 f32.
 pub const RED_BYTES: u32 = WARPS * 32 * 16;
 
-/// Offset of reduction buffer `p`: 0 and 1 for the first team (groups
-/// alternate between them), 2 and 3 for the second.
+/// Offset of reduction buffer `p` for `r` staged rows: 0 and 1 for the
+/// first team (groups alternate between them), 2 and 3 for the second;
+/// a buffer holds [`tiles`]`(r)` tiles of [`RED_BYTES`].
 #[inline(always)]
 pub const fn red_base(bits: u32, r: u32, k: u32, p: u32) -> u32 {
-    x_base(bits) + x_bytes(r, k) + p * RED_BYTES
+    x_base(bits) + x_bytes(r, k) + p * tiles(r) * RED_BYTES
 }
 
 /// Dynamic shared memory of a launch with `teams` teams of [`WARPS`] warps
@@ -184,6 +217,8 @@ pub const fn red_base(bits: u32, r: u32, k: u32, p: u32) -> u32 {
 /// assert_eq!(smem_bytes(4, 1, 8192, 1), 32768 + 16384 + 16384);
 /// // Eight rows, two teams: 32 KiB + 128 KiB + 4 × 8 KiB.
 /// assert_eq!(smem_bytes(4, 8, 8192, 2), 32768 + 131072 + 32768);
+/// // Sixteen rows, K = 2048: 32 KiB + 64 KiB + 2 × 2 tiles × 8 KiB.
+/// assert_eq!(smem_bytes(4, 16, 2048, 1), 32768 + 65536 + 32768);
 /// ```
 #[inline(always)]
 pub const fn smem_bytes(bits: u32, r: u32, k: u32, teams: u32) -> u32 {
@@ -192,7 +227,7 @@ pub const fn smem_bytes(bits: u32, r: u32, k: u32, teams: u32) -> u32 {
 
 /// (row of x, column within the group) of accumulator register `i` (0..4)
 /// of lane `lane`: D row g or g + 8 (the column), D column 2t or 2t + 1
-/// (the activation row).
+/// (the activation row; plus 8 in the second tile of sixteen rows).
 ///
 /// ```
 /// use kbit_format::mma_direct::c_pos;

@@ -225,7 +225,8 @@ mma_kslots_entries! {
 macro_rules! mma_direct_entries {
     ($($name:ident: $k:literal, $r:literal, $t:ty, $teams:literal, $early:literal, $xreg:literal;)*) => {$(
         /// Tensor-core dequant GEMM, direct-load variant (`mma_direct::run`):
-        /// k, staged activation rows (1; 4 for M = 2..4; 8 for M = 5..8),
+        /// k, staged activation rows (1; 4 for M = 2..4; 8 for M = 5..8; 16
+        /// for M = 9..16),
         /// dtype, teams of 16 warps per block, and whether a warp decodes its
         /// first step before the release, and whether a warp loads its one
         /// step's activations into registers (K ≤ 2048) instead of staging.
@@ -240,8 +241,10 @@ macro_rules! mma_direct_entries {
     )*};
 }
 
-// Every (k, staged rows, dtype) with one team; k ≤ 4 (64 registers) also
-// with two, and with one that decodes its first step before the release;
+// Every (k, staged rows, dtype) with one team (sixteen rows: one block
+// per SM by shared memory, so up to 128 registers); k ≤ 4 (64 registers)
+// with two teams and 1, 4 or 8 rows, and with one team that decodes its
+// first step before the release at 1 or 4;
 // with one team and the activations in registers (K ≤ 2048) at k ≤ 4
 // and four or eight rows: sm_90a entries (`build.rs`), measured on sm_90
 // only, and at k = 2 one register over the 64 of two blocks on sm_89.
@@ -258,6 +261,10 @@ mma_direct_entries! {
     kbit_mma_direct_k5_r1_f16: 5, 1, F16, 1, false, false; kbit_mma_direct_k5_r1_bf16: 5, 1, Bf16, 1, false, false;
     kbit_mma_direct_k5_r4_f16: 5, 4, F16, 1, false, false; kbit_mma_direct_k5_r4_bf16: 5, 4, Bf16, 1, false, false;
     kbit_mma_direct_k5_r8_f16: 5, 8, F16, 1, false, false; kbit_mma_direct_k5_r8_bf16: 5, 8, Bf16, 1, false, false;
+    kbit_mma_direct_k2_r16_f16: 2, 16, F16, 1, false, false; kbit_mma_direct_k2_r16_bf16: 2, 16, Bf16, 1, false, false;
+    kbit_mma_direct_k3_r16_f16: 3, 16, F16, 1, false, false; kbit_mma_direct_k3_r16_bf16: 3, 16, Bf16, 1, false, false;
+    kbit_mma_direct_k4_r16_f16: 4, 16, F16, 1, false, false; kbit_mma_direct_k4_r16_bf16: 4, 16, Bf16, 1, false, false;
+    kbit_mma_direct_k5_r16_f16: 5, 16, F16, 1, false, false; kbit_mma_direct_k5_r16_bf16: 5, 16, Bf16, 1, false, false;
     kbit_mma_direct_teams_k2_r1_f16: 2, 1, F16, 2, false, false; kbit_mma_direct_teams_k2_r1_bf16: 2, 1, Bf16, 2, false, false;
     kbit_mma_direct_teams_k2_r4_f16: 2, 4, F16, 2, false, false; kbit_mma_direct_teams_k2_r4_bf16: 2, 4, Bf16, 2, false, false;
     kbit_mma_direct_teams_k2_r8_f16: 2, 8, F16, 2, false, false; kbit_mma_direct_teams_k2_r8_bf16: 2, 8, Bf16, 2, false, false;

@@ -1,12 +1,14 @@
-//! Kernel 2, direct-load variant: the tensor-core dequant GEMM for M ≤ 8.
+//! Kernel 2, direct-load variant: the tensor-core dequant GEMM for M ≤ 16.
 //! Each lane loads the plane words and scale bytes of two whole quant
 //! blocks straight into registers (one 16-byte load each at k = 4), a
 //! step ahead of the step it multiplies; nothing of the weights passes
 //! through shared memory but the pair-table lookups. The 8 columns of
 //! each mma's B are activation rows, so one, four or eight staged rows
 //! cost the same per step: the same loads, lookups and mmas, and
-//! activation loads of the same width. The layout of a step, the lane map
-//! and shared memory are in `kbit_format::mma_direct`.
+//! activation loads of the same width. Sixteen rows are two such column
+//! tiles: each decoded A meets both (twice the mmas and activation loads,
+//! the same decode). The layout of a step, the lane map and shared memory
+//! are in `kbit_format::mma_direct`.
 //!
 //! Per lane and step (64 weights): 32 pair lookups and 32 scale products
 //! (the pair table of the other tensor-core kernels; at k ≤ 4 the index
@@ -204,39 +206,53 @@ impl<const K: usize> Ready<K> {
     }
 }
 
+/// A step's B registers, per column tile (`[1]` used at sixteen staged
+/// rows only): chunk i2 of the lane's quarter and row.
+type StepX = [[[u32; 4]; 4]; 2];
+
+/// A group's accumulators, per column tile (as [`StepX`]).
+type Acc = [[f32; 4]; 2];
+
 /// Multiplies one step: `w` (this lane's blocks), the staged activations
-/// of the step at `xs` (this lane's quarter and row already added), into
-/// `acc`.
+/// of the step at `xs` (this lane's quarter and row already added; the
+/// second tile's row 128 bytes on), into `acc`.
 #[inline(always)]
 unsafe fn step_mma<const K: usize, const R: u32, T: MmaElem>(
     w: &Ready<K>,
     xs: u32,
     tbl: u32,
     lanes: u32,
-    acc: &mut [f32; 4],
+    acc: &mut Acc,
 ) {
     // B of mmas 2·i2 and 2·i2 + 1 (chunk i2 of the lane's quarter).
-    let xb: [[u32; 4]; 4] = core::array::from_fn(|i2| unsafe { ptx::ld_shared_v4(xs + 64 * R * i2 as u32) });
-    unsafe { step_mma_x::<K, T>(w, &xb, tbl, lanes, acc) };
+    let tile =
+        |xs: u32| -> [[u32; 4]; 4] { core::array::from_fn(|i2| unsafe { ptx::ld_shared_v4(xs + 64 * R * i2 as u32) }) };
+    let xb: StepX = [tile(xs), if dg::tiles(R) == 2 { tile(xs + 128) } else { [[0; 4]; 4] }];
+    unsafe { step_mma_x::<K, R, T>(w, &xb, tbl, lanes, acc) };
 }
 
-/// [`step_mma`] with the step's activations `xb` (chunk i2 of the lane's
-/// quarter and row) already in registers.
+/// [`step_mma`] with the step's activations `xb` already in registers.
+/// Tile 0's mmas run in the same order whatever `R`: the same sums at
+/// one, four, eight and sixteen staged rows.
 #[inline(always)]
-unsafe fn step_mma_x<const K: usize, T: MmaElem>(
+unsafe fn step_mma_x<const K: usize, const R: u32, T: MmaElem>(
     w: &Ready<K>,
-    xb: &[[u32; 4]; 4],
+    xb: &StepX,
     tbl: u32,
     lanes: u32,
-    acc: &mut [f32; 4],
+    acc: &mut Acc,
 ) {
     unrolled!(2, odd => {
         let a = unsafe { decode_half::<K, T>(w, odd as u32, tbl, lanes) };
         unrolled!(4, q => {
             let i = 2 * q + odd;
-            let x = &xb[i / 2];
-            let b = if i % 2 == 0 { [x[0], x[1]] } else { [x[2], x[3]] };
-            *acc = T::mma(a[q], b, *acc);
+            unrolled!(2, j => {
+                if (j as u32) < dg::tiles(R) {
+                    let x = &xb[j][i / 2];
+                    let b = if i % 2 == 0 { [x[0], x[1]] } else { [x[2], x[3]] };
+                    acc[j] = T::mma(a[q], b, acc[j]);
+                }
+            });
         });
     });
 }
@@ -311,8 +327,8 @@ impl Walk {
         nxt: &mut Blocks<K>,
         at: &mut LaneBlocks,
         s: u32,
-        acc: &mut [f32; 4],
-        xb: &[[u32; 4]; 4],
+        acc: &mut Acc,
+        xb: &StepX,
     ) -> u32 {
         let ready = Ready::of::<T>(cur);
         let sn = s + dg::WARPS;
@@ -322,12 +338,12 @@ impl Walk {
             // block words nor the prerotated ones are live beside the 16
             // activation registers (k = 4 spilled with the load first).
             let a0 = unsafe { decode_half::<K, T>(&ready, 0, self.tbl, self.lanes) };
-            half_mma_x::<T>(&a0, 0, xb, acc);
+            half_mma_x::<T>(&a0, 0, &xb[0], &mut acc[0]);
             let a1 = unsafe { decode_half::<K, T>(&ready, 1, self.tbl, self.lanes) };
             *nxt = Blocks::ZERO;
             *at = at.advance(self.slots);
             unsafe { nxt.load_over(a, at, self.w, self.t) };
-            half_mma_x::<T>(&a1, 1, xb, acc);
+            half_mma_x::<T>(&a1, 1, &xb[0], &mut acc[0]);
             return sn;
         }
         if sn < self.k_steps {
@@ -337,7 +353,7 @@ impl Walk {
             unsafe { nxt.load_over(a, at, self.w, self.t) };
         }
         if XREG {
-            unsafe { step_mma_x::<K, T>(&ready, xb, self.tbl, self.lanes, acc) };
+            unsafe { step_mma_x::<K, R, T>(&ready, xb, self.tbl, self.lanes, acc) };
         } else {
             unsafe { step_mma::<K, R, T>(&ready, self.x_lane + s * self.step_bytes, self.tbl, self.lanes, acc) };
         }
@@ -362,6 +378,27 @@ unsafe fn load_x<const R: u32>(a: &Args, w: u32, g: u32, t: u32) -> [[u32; 4]; 4
     core::array::from_fn(|i2| if on { unsafe { ptx::ld_nc_v4(p.wrapping_add(4 * i2)) } } else { [0; 4] })
 }
 
+/// [`stage_x`]'s round of rows `r0 .. r0 + 4` of sixteen for chunk `e` at
+/// `place` (step, chunk, quarter).
+///
+/// # Safety
+/// As [`stage_x`].
+#[inline(always)]
+unsafe fn stage_rows16(xbase: u32, x: *const u16, m: u32, k: u32, e: u32, place: (u32, u32, u32), r0: u32) {
+    let (s, i2, t) = place;
+    let v: [[u32; 4]; STAGE_ROWS as usize] = core::array::from_fn(|j| {
+        let r = r0 + j as u32;
+        if r < m && e < k {
+            unsafe { ptx::ld_nc_v4(x.wrapping_add((r * k + e) as usize) as *const u32) }
+        } else {
+            [0; 4]
+        }
+    });
+    unrolled!(4, j => {
+        unsafe { ptx::st_shared_v4(xbase + dg::x_offset16(s, i2, t, r0 + j as u32), v[j]) };
+    });
+}
+
 /// Activation rows whose chunks a thread loads before it stores them.
 const STAGE_ROWS: u32 = 4;
 
@@ -383,26 +420,34 @@ unsafe fn stage_x<const R: u32, const TEAMS: u32>(xbase: u32, x: *const u16, m: 
     while c < chunks {
         let e = 8 * c;
         let (s, i2, t, _) = dg::x_place(e);
-        // Four rows at a time (eight loads in flight spilled at R = 8).
-        unrolled!(2, h => {
-            let r0 = STAGE_ROWS * h as u32;
-            if r0 < R {
-                let v: [[u32; 4]; STAGE_ROWS as usize] = core::array::from_fn(|j| {
-                    let r = r0 + j as u32;
-                    if r < R && r < m && e < k {
-                        unsafe { ptx::ld_nc_v4(x.wrapping_add((r * k + e) as usize) as *const u32) }
-                    } else {
-                        [0; 4]
-                    }
-                });
-                unrolled!(4, j => {
-                    let r = r0 + j as u32;
-                    if r < R {
-                        unsafe { ptx::st_shared_v4(xbase + dg::x_offset(R, s, i2, t, r), v[j]) };
-                    }
-                });
-            }
-        });
+        // Four rows at a time (eight loads in flight spilled at R = 8);
+        // sixteen rows in four such rounds.
+        if R > 8 {
+            unrolled!(4, h => {
+                let r0 = STAGE_ROWS * h as u32;
+                unsafe { stage_rows16(xbase, x, m, k, e, (s, i2, t), r0) };
+            });
+        } else {
+            unrolled!(2, h => {
+                let r0 = STAGE_ROWS * h as u32;
+                if r0 < R {
+                    let v: [[u32; 4]; STAGE_ROWS as usize] = core::array::from_fn(|j| {
+                        let r = r0 + j as u32;
+                        if r < R && r < m && e < k {
+                            unsafe { ptx::ld_nc_v4(x.wrapping_add((r * k + e) as usize) as *const u32) }
+                        } else {
+                            [0; 4]
+                        }
+                    });
+                    unrolled!(4, j => {
+                        let r = r0 + j as u32;
+                        if r < R {
+                            unsafe { ptx::st_shared_v4(xbase + dg::x_offset(R, s, i2, t, r), v[j]) };
+                        }
+                    });
+                }
+            });
+        }
         c += TEAMS * dg::THREADS;
     }
 }
@@ -421,7 +466,8 @@ unsafe fn stage_x<const R: u32, const TEAMS: u32>(xbase: u32, x: *const u16, m: 
 pub unsafe fn run<const K: usize, const R: u32, T: MmaElem, const TEAMS: u32, const EARLY: bool, const XREG: bool>(
     a: &Args,
 ) {
-    const { assert!(K >= 2 && K <= 5 && (R == 1 || R == 4 || R == 8) && (TEAMS == 1 || TEAMS == 2)) };
+    const { assert!(K >= 2 && K <= 5 && (R == 1 || R == 4 || R == 8 || R == 16) && (TEAMS == 1 || TEAMS == 2)) };
+    const { assert!(R <= 8 || (TEAMS == 1 && !EARLY && !XREG)) };
     const { assert!(!EARLY || (TEAMS == 1 && K <= 4)) };
     const { assert!(!XREG || (TEAMS == 1 && !EARLY)) };
     let tid = ptx::tid();
@@ -479,7 +525,7 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem, const TEAMS: u32, co
         ptx::bar_sync();
     }
     ptx::after_producers();
-    let xb = if XREG { unsafe { load_x::<R>(a, w, g, t) } } else { [[0; 4]; 4] };
+    let xb: StepX = [if XREG { unsafe { load_x::<R>(a, w, g, t) } } else { [[0; 4]; 4] }, [[0; 4]; 4]];
     if !XREG {
         unsafe { stage_x::<R, TEAMS>(xbase, a.x, a.m, a.k, tid) };
         ptx::bar_sync();
@@ -491,21 +537,21 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem, const TEAMS: u32, co
         k_steps,
         slots: TEAMS * ptx::grid_dim(),
         // This lane's quarter and activation row within a step's chunk.
-        x_lane: xbase + dg::x_offset(R, 0, 0, t, g % R),
-        step_bytes: dg::x_offset(R, 1, 0, 0, 0),
+        x_lane: xbase + if R == 16 { dg::x_offset16(0, 0, t, g) } else { dg::x_offset(R, 0, 0, t, g % R) },
+        step_bytes: if R == 16 { dg::x_offset16(1, 0, 0, 0) } else { dg::x_offset(R, 1, 0, 0, 0) },
         tbl,
         lanes,
     };
     // A group's accumulators and the warp's next step in it. With EARLY
     // the first group's first step, half decoded before the release, is
     // multiplied here (its registers end before the loop).
-    let mut acc = [0f32; 4];
+    let mut acc: Acc = [[0f32; 4]; 2];
     let mut s = w;
     if EARLY && w < k_steps {
         let xs = walk.x_lane + w * walk.step_bytes;
-        unsafe { half_mma::<R, T>(&first, 0, xs, &mut acc) };
+        unsafe { half_mma::<R, T>(&first, 0, xs, &mut acc[0]) };
         let second = unsafe { decode_half::<K, T>(&first_ready, 1, tbl, lanes) };
-        unsafe { half_mma::<R, T>(&second, 1, xs, &mut acc) };
+        unsafe { half_mma::<R, T>(&second, 1, xs, &mut acc[0]) };
         s = w + dg::WARPS;
     }
     // The team's groups slot + i·slots, i = 0, 1, …; i's parity picks the
@@ -526,21 +572,28 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem, const TEAMS: u32, co
         let tid = ptx::tid_here();
         let (team, tid) = if TEAMS == 1 { (0, tid) } else { (tid / dg::THREADS, tid % dg::THREADS) };
         let red = smem + dg::red_base(K as u32, R, a.k, 2 * team + (i & 1));
-        unsafe { ptx::st_shared_v4(red + 16 * tid, acc.map(f32::to_bits)) };
+        unrolled!(2, j => {
+            if (j as u32) < dg::tiles(R) {
+                let at = red + dg::RED_BYTES * j as u32 + 16 * tid;
+                unsafe { ptx::st_shared_v4(at, acc[j].map(f32::to_bits)) };
+            }
+        });
         if TEAMS == 1 {
             ptx::bar_sync();
         } else {
             // Barrier 0 is the block's; team h waits on 1 + h.
             ptx::bar_sync_named(1 + team, dg::THREADS);
         }
-        // One thread per output (x row, group column), warps added in order.
+        // One thread per output (x row, group column), warps added in order;
+        // rows 8..16 in the second tile.
         let outs = a.m * dg::GROUP_COLS;
         if tid < outs {
             let (row, col) = (tid / dg::GROUP_COLS, tid % dg::GROUP_COLS);
             let n = dg::GROUP_COLS * group + col;
             if n < a.n {
-                let (src_lane, i) = dg::c_source(row, col);
-                let at = red + 16 * src_lane + 4 * i;
+                let (tile, row8) = if dg::tiles(R) == 2 { (row / 8, row % 8) } else { (0, row) };
+                let (src_lane, i) = dg::c_source(row8, col);
+                let at = red + dg::RED_BYTES * tile + 16 * src_lane + 4 * i;
                 let mut v = unsafe { ptx::ld_shared_f32(at) };
                 for ww in 1..dg::WARPS {
                     v = ptx::add_rn_f32(v, unsafe { ptx::ld_shared_f32(at + 512 * ww) });
@@ -548,7 +601,7 @@ pub unsafe fn run<const K: usize, const R: u32, T: MmaElem, const TEAMS: u32, co
                 unsafe { *a.y.add(row as usize * a.n as usize + n as usize) = T::from_f32(v) };
             }
         }
-        acc = [0f32; 4];
+        acc = [[0f32; 4]; 2];
         s = w;
         i += 1;
     }
