@@ -14,7 +14,8 @@
 //! one wave, or 5/4 of one at k ≥ 4, and at M = 9..16 on some);
 //! [`MmaOptions::k_slots`] forces either form. At M ≤ 4, at M = 5..8
 //! on all but small shapes, and at M = 9..16 on shapes of two 16-column
-//! groups per SM or more (`direct_preferred`), it runs the
+//! groups per SM or more with K of 2048..3072 (to 4096 at k ≥ 4)
+//! (`direct_preferred`), it runs the
 //! direct-load variant (`kernels-gpu/src/mma_direct.rs`: each lane loads
 //! two whole quant blocks into registers a step ahead; teams of 16 warps
 //! walk 16-column groups and split K over their warps, one team per
@@ -409,20 +410,24 @@ fn kslots_first(p: &Plan, bits: u32, sms: u32, units: u32) -> bool {
 /// 64 groups, each one block's worth of 128 KiB staged rows).
 ///
 /// At M = 9..16 (sixteen staged rows, one block per SM by shared memory)
-/// where K ≥ 2048 and there are at least two groups per SM of `sms`, and
-/// the rows fit a block's shared memory (the plan checks; K ≤ 5120 at k =
-/// 4 on an H100 / H200). Measured on an H200 against the K-slot plans
-/// (A/B in one run, `bench-results/nvidia-h200-2026-11-29-r16-ab.md`):
-/// GLM shared −11 to −28 %, Qwen3 `gateup` −0.3 to −14 %, Llama-3-8B −2
-/// to −8 % at k = 2..4 (k = 5 ±1 %). Not taken where it lost: 256 groups
-/// or fewer (`q` +1 to +10 %, `o` and `down` −7 to +12 %, `kv` +14 to
-/// +27 %).
-fn direct_preferred(m: usize, shape: Shape, sms: u32) -> bool {
+/// where there are at least two groups per SM of `sms` and K is 2048 to
+/// 3072, or up to 4096 at k ≥ 4 (`bits`). Measured on an H200 against the
+/// plans it replaces (K-slot or pipelined; A/B in one run,
+/// `bench-results/nvidia-h200-2026-11-29-r16-ab.md`): 2048×6144 −19 to
+/// −31 %, GLM shared −11 to −28 %, 2048×8448 −3 to −19 %, 3072×8192 −6 to
+/// −21 %, Qwen3 `gateup` −0.3 to −14 %, at k = 4 Llama-3-8B −5 to −8 % and
+/// 4096×11008 −15 to −19 % (k = 5: −6 to +1 %). Not taken where it lost or
+/// was mixed: 256 groups or fewer (`q` +1 to +10 %, `o` and `down` −7 to
+/// +12 %, `kv` +14 to +27 %, 4096×4096 −7 to +1 %), K = 1024 (+24 to
+/// +59 %), K = 5120 (5120×13824 +2 to +13 %), K = 4096 at k = 2, 3
+/// (4096×11008 +5 to +14 %, though Llama-3-8B gained 2 to 7 %).
+fn direct_preferred(m: usize, shape: Shape, bits: u32, sms: u32) -> bool {
     let (n, k) = (shape.n, shape.k);
     let groups = direct::groups(n as u32) as u64;
+    let sixteen_k = (2048..=3072).contains(&k) || (bits >= 4 && (2048..=4096).contains(&k));
     m <= 4
         || (m <= 8 && k >= 2048 && (n >= 2048 || (n >= 1024 && k <= 4096)))
-        || (m <= 16 && k >= 2048 && groups >= 2 * sms.max(1) as u64)
+        || (m <= 16 && sixteen_k && groups >= 2 * sms.max(1) as u64)
 }
 
 /// Whether a direct-load plan takes two teams of 16 warps per block (one
@@ -754,7 +759,7 @@ impl Context {
         let auto = opts.k_slots.is_none() && opts.splits == Splits::Auto && opts.stage_tiles.is_none();
         Ok(match opts.direct {
             Some(true) => Some(plan()?),
-            None if auto && direct_preferred(m, shape, sms) => plan().ok(),
+            None if auto && direct_preferred(m, shape, bits, sms) => plan().ok(),
             _ => None,
         })
     }
@@ -1192,31 +1197,35 @@ mod tests {
     fn direct_preferred_covers_the_measured_region() {
         let s = |n, k| Shape::new(n, k).unwrap();
         for m in 1..=4 {
-            assert!(direct_preferred(m, s(512, 1024), 132), "M ≤ 4 always");
+            assert!(direct_preferred(m, s(512, 1024), 4, 132), "M ≤ 4 always");
         }
         for m in 5..=8 {
             // gateup, down, q, o; Llama-3-8B and -70B.
             for (n, k) in [(5120, 2048), (2048, 5120), (4096, 2048), (2048, 4096), (14336, 4096), (28672, 8192)] {
-                assert!(direct_preferred(m, s(n, k), 132), "M {m} N {n} K {k}");
+                assert!(direct_preferred(m, s(n, k), 4, 132), "M {m} N {n} K {k}");
             }
             // kv (and moe_gu), moe_dn, K = 1024, N = 1024 on K = 8192.
             for (n, k) in [(512, 2048), (2048, 512), (8192, 1024), (1024, 8192)] {
-                assert!(!direct_preferred(m, s(n, k), 132), "M {m} N {n} K {k}");
+                assert!(!direct_preferred(m, s(n, k), 4, 132), "M {m} N {n} K {k}");
             }
-            assert!(direct_preferred(m, s(1024, 4096), 132) && !direct_preferred(m, s(1024, 6144), 132));
+            assert!(direct_preferred(m, s(1024, 4096), 2, 132) && !direct_preferred(m, s(1024, 6144), 2, 132));
         }
         for m in 9..=16 {
-            // gateup, GLM shared, Llama-3-8B: 320, 640 and 896 groups.
-            for (n, k) in [(5120, 2048), (10240, 2048), (14336, 4096)] {
-                assert!(direct_preferred(m, s(n, k), 132), "M {m} N {n} K {k}");
+            // gateup, GLM shared, 3072×8192 at every k; Llama-3-8B at k ≥ 4.
+            for bits in 2..=5 {
+                for (n, k) in [(5120, 2048), (10240, 2048), (8192, 3072)] {
+                    assert!(direct_preferred(m, s(n, k), bits, 132), "M {m} N {n} K {k} k={bits}");
+                }
+                let llama8b = direct_preferred(m, s(14336, 4096), bits, 132);
+                assert_eq!(llama8b, bits >= 4, "M {m} Llama-3-8B k={bits}");
             }
-            // q (256 groups), o, down, kv; K = 1024.
-            for (n, k) in [(4096, 2048), (2048, 4096), (2048, 5120), (512, 2048), (16384, 1024)] {
-                assert!(!direct_preferred(m, s(n, k), 132), "M {m} N {n} K {k}");
+            // q (256 groups), o, down, kv; K = 1024 and 5120.
+            for (n, k) in [(4096, 2048), (2048, 4096), (2048, 5120), (512, 2048), (16384, 1024), (13824, 5120)] {
+                assert!(!direct_preferred(m, s(n, k), 4, 132), "M {m} N {n} K {k}");
             }
             // `q` on a GPU of 64 SMs has two groups per SM.
-            assert!(direct_preferred(m, s(4096, 2048), 64));
+            assert!(direct_preferred(m, s(4096, 2048), 4, 64));
         }
-        assert!(!direct_preferred(17, s(10240, 2048), 132), "the variant stops at M = 16");
+        assert!(!direct_preferred(17, s(10240, 2048), 4, 132), "the variant stops at M = 16");
     }
 }
