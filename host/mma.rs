@@ -528,20 +528,26 @@ fn direct_grid(groups: u32, m: usize, sms: u32, resident: u32) -> u32 {
 }
 
 /// The grid of a direct-load plan with the activations in registers for
-/// `m` rows and `groups` groups of a `bits`-bit weight: at k = 4 and M =
-/// 5..8 with more groups than SMs and at most three per SM, the groups
-/// spread evenly over at most one block per SM (each block two or three
-/// groups in turn); elsewhere [`direct_grid`]. Measured on an H200 (A/B
-/// in one run, `bench-results/nvidia-h200-2026-11-29-split-grid-ab.md`
-/// §3) against the full wave of two blocks per SM that `direct_grid`
-/// gives there: Qwen3 `gateup` (320 groups) M = 5 / 6 / 7 / 8 −2.0 /
-/// −4.1 / −5.8 / −7.2 %, 2048×6144 (384) −6 to −12 %. Not taken where it
-/// lost or was mixed: k = 3 (`gateup` +8 to +11 %), k = 2 (`gateup` +4.5 %
-/// at M = 5, −1.5 % at M = 8, though 2048×6144 gained 15 to 18 %), and
-/// four groups per block (448 and 528 groups: −1 to +4 % at k = 4).
+/// `m` rows and `groups` groups of a `bits`-bit weight: at M = 5..8 with
+/// more groups than SMs and at most three per SM, the groups spread
+/// evenly over at most one block per SM (each block two or three groups
+/// in turn), at k = 4 always and at k = 2, 3 where that still puts a
+/// block on 9/10 of the SMs; elsewhere [`direct_grid`]. Measured on an
+/// H200 (A/B in one run,
+/// `bench-results/nvidia-h200-2026-11-29-split-grid-ab.md` §3) against
+/// the full wave of two blocks per SM that `direct_grid` gives there:
+/// Qwen3 `gateup` (320 groups on 107 blocks) at k = 4, M = 5 / 6 / 7 / 8
+/// −2.0 / −4.1 / −5.8 / −7.2 %; 2048×6144 (384 on 128) −6 to −12 % at
+/// k = 4, −15 to −18 % at k = 2, −8 to −11 % at k = 3. Not taken where it
+/// lost or was mixed: k = 2, 3 with a fifth of the SMs idle (`gateup`
+/// k = 3 +8 to +11 %, k = 2 +4.5 to −1.5 %), and four groups per block
+/// (448 and 528 groups: −1 to +4 % at k = 4, up to +13 % at k = 3).
 fn direct_xreg_grid(bits: u32, groups: u32, m: usize, sms: u32, resident: u32) -> u32 {
-    if bits == 4 && (5..=8).contains(&m) && groups > sms && groups <= 3 * sms {
-        groups.div_ceil(groups.div_ceil(sms))
+    let sms = sms.max(1);
+    let spread = groups.div_ceil(groups.div_ceil(sms));
+    let covers = 10 * spread >= 9 * sms;
+    if (5..=8).contains(&m) && groups > sms && groups <= 3 * sms && (bits == 4 || covers) {
+        spread
     } else {
         direct_grid(groups, m, sms, resident)
     }
@@ -1120,9 +1126,15 @@ mod tests {
             assert_eq!(direct_xreg_grid(4, 320, m, 132, 2), 107, "M = {m}");
             assert_eq!(direct_xreg_grid(4, 384, m, 132, 2), 128, "M = {m}");
         }
-        // Other k, fewer rows, four groups per SM, or no more groups than SMs.
+        // 2048×6144 (384 groups on 128 blocks, 97 % of the SMs) at every k.
+        for bits in [2, 3] {
+            assert_eq!(direct_xreg_grid(bits, 384, 6, 132, 2), 128, "k = {bits}");
+        }
+        // k = 2, 3 where 107 blocks leave a fifth of the SMs idle, fewer
+        // rows, four groups per SM, or no more groups than SMs.
         assert_eq!(direct_xreg_grid(3, 320, 8, 132, 2), 264);
         assert_eq!(direct_xreg_grid(2, 320, 8, 132, 2), 264);
+        assert_eq!(direct_xreg_grid(3, 448, 8, 132, 2), 264);
         assert_eq!(direct_xreg_grid(4, 320, 4, 132, 2), 264);
         assert_eq!(direct_xreg_grid(4, 320, 3, 132, 2), 264);
         assert_eq!(direct_xreg_grid(4, 528, 8, 132, 2), 264);
