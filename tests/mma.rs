@@ -1105,6 +1105,16 @@ fn forced_run<T: Element>(
     ForcedRun { weight: p.dev, x: xd, y, plan }
 }
 
+/// [`forced_run`] of `case` in its dtype; its plan.
+fn forced_plan(ctx: &Context, rng: &mut SmallRng, case: Pair, opts: MmaOptions) -> kbit::Plan {
+    let Pair { what, m, shape, bits, bf16: bf } = case;
+    if bf {
+        forced_run::<bf16>(ctx, rng, what, m, shape, bits, opts).plan
+    } else {
+        forced_run::<f16>(ctx, rng, what, m, shape, bits, opts).plan
+    }
+}
+
 /// The K-slot variant (`MmaOptions::k_slots`), forced on every k, both
 /// dtypes and every block width (8, 16 and 32 columns, chosen by N against
 /// the SM count), against the f64 references: M = 1..16, the design's
@@ -1118,27 +1128,16 @@ fn kslots_variant_matches_the_f64_references() {
     let mut shapes: Vec<(usize, usize)> = common::SHAPES.iter().map(|&(_, k, n)| (k, n)).collect();
     shapes.extend([(32, 4100), (96, 72), (8192, 8), (8192, 4100), (2080, 520), (4096, 14336)]);
     let ms = [1usize, 2, 3, 4, 5, 8, 13, 16];
-    let mut i = 0usize;
     let mut widths = std::collections::BTreeSet::new();
-    for &(k, n) in &shapes {
-        for bits in 2..=5u32 {
-            for bf in [false, true] {
-                let m = ms[i % ms.len()];
-                i += 1;
-                let shape = Shape::new(n, k).unwrap();
-                let what = format!("K-slot M {m} K {k} N {n} k={bits} bf16={bf}");
-                let opts = MmaOptions { k_slots: Some(true), ..MmaOptions::default() };
-                let plan = if bf {
-                    forced_run::<bf16>(&ctx, &mut rng, &what, m, shape, bits, opts).plan
-                } else {
-                    forced_run::<f16>(&ctx, &mut rng, &what, m, shape, bits, opts).plan
-                };
-                assert!(plan.k_slots && plan.splits == 1 && plan.workspace_f32 == 0, "{what}: {plan:?}");
-                assert_eq!(plan.grid as usize, n.div_ceil(plan.tile.tile_n as usize), "{what}: {plan:?}");
-                widths.insert(plan.tile.tile_n);
-            }
-        }
-    }
+    let i = for_each_case(&shapes, |i, shape, bits, bf| {
+        let m = ms[i % ms.len()];
+        let what = format!("K-slot M {m} K {} N {} k={bits} bf16={bf}", shape.k, shape.n);
+        let opts = MmaOptions { k_slots: Some(true), ..MmaOptions::default() };
+        let plan = forced_plan(&ctx, &mut rng, Pair { what: &what, m, shape, bits, bf16: bf }, opts);
+        assert!(plan.k_slots && plan.splits == 1 && plan.workspace_f32 == 0, "{what}: {plan:?}");
+        assert_eq!(plan.grid as usize, shape.n.div_ceil(plan.tile.tile_n as usize), "{what}: {plan:?}");
+        widths.insert(plan.tile.tile_n);
+    });
     assert_eq!(widths.into_iter().collect::<Vec<_>>(), [8, 16, 32], "every block width tested");
     // Past one m block, and any split policy but the automatic one, are
     // refused by name.
@@ -1161,6 +1160,21 @@ fn refuses_rows_past_and_fixed_splits(ctx: &Context, rng: &mut SmallRng, opts: M
     assert!(matches!(e, Error::SplitK { what: w, .. } if w == what), "{e}");
 }
 
+/// Calls `case(i, shape, k, bf16)` for every (K, N) of `shapes`, k = 2..5
+/// and both dtypes, i counting from 0; returns the count.
+fn for_each_case(shapes: &[(usize, usize)], mut case: impl FnMut(usize, Shape, u32, bool)) -> usize {
+    let mut i = 0;
+    for &(k, n) in shapes {
+        for bits in 2..=5u32 {
+            for bf in [false, true] {
+                case(i, Shape::new(n, k).unwrap(), bits, bf);
+                i += 1;
+            }
+        }
+    }
+    i
+}
+
 /// The direct-load variant (`MmaOptions::direct`), forced on every k, both
 /// dtypes and M = 1..8 (one, four and eight staged rows; sixteen in the
 /// next test), against the f64
@@ -1176,30 +1190,17 @@ fn direct_variant_matches_the_f64_references() {
     let mut shapes: Vec<(usize, usize)> = common::SHAPES.iter().map(|&(_, k, n)| (k, n)).collect();
     let awkward = [(32, 4100), (96, 72), (160, 129), (8192, 8), (8192, 4100), (2080, 520), (4096, 14336), (2048, 2312)];
     shapes.extend(awkward);
-    let mut i = 0usize;
-    for &(k, n) in &shapes {
-        for bits in 2..=5u32 {
-            for bf in [false, true] {
-                // Every M on every shape, each with other k and dtypes.
-                let m = 1 + (i + i / 8) % 8;
-                i += 1;
-                let shape = Shape::new(n, k).unwrap();
-                let what = format!("direct M {m} K {k} N {n} k={bits} bf16={bf}");
-                let opts = MmaOptions { direct: Some(true), ..MmaOptions::default() };
-                let plan = if bf {
-                    forced_run::<bf16>(&ctx, &mut rng, &what, m, shape, bits, opts).plan
-                } else {
-                    forced_run::<f16>(&ctx, &mut rng, &what, m, shape, bits, opts).plan
-                };
-                assert!(
-                    plan.direct && !plan.k_slots && plan.splits == 1 && plan.workspace_f32 == 0,
-                    "{what}: {plan:?}"
-                );
-                assert_eq!(plan.n_tiles as usize, n.div_ceil(16), "{what}: {plan:?}");
-                assert!(plan.grid >= 1 && plan.grid <= plan.n_tiles, "{what}: {plan:?}");
-            }
-        }
-    }
+    let i = for_each_case(&shapes, |i, shape, bits, bf| {
+        // Every M on every shape, each with other k and dtypes.
+        let m = 1 + (i + i / 8) % 8;
+        let (k, n) = (shape.k, shape.n);
+        let what = format!("direct M {m} K {k} N {n} k={bits} bf16={bf}");
+        let opts = MmaOptions { direct: Some(true), ..MmaOptions::default() };
+        let plan = forced_plan(&ctx, &mut rng, Pair { what: &what, m, shape, bits, bf16: bf }, opts);
+        assert!(plan.direct && !plan.k_slots && plan.splits == 1 && plan.workspace_f32 == 0, "{what}: {plan:?}");
+        assert_eq!(plan.n_tiles as usize, n.div_ceil(16), "{what}: {plan:?}");
+        assert!(plan.grid >= 1 && plan.grid <= plan.n_tiles, "{what}: {plan:?}");
+    });
     // Past sixteen rows, and any split policy but the automatic one, are
     // refused by name.
     let opts = MmaOptions { direct: Some(true), ..MmaOptions::default() };
@@ -1236,22 +1237,15 @@ fn direct_sixteen_rows_match_the_references_and_eight() {
             common::assert_bits_eq(&y, &r.y[lo * n..hi * n], &rows);
         }
     }
-    let mut i = 0usize;
-    for &(k, n) in &shapes {
-        for bits in 2..=5u32 {
-            for bf in [false, true] {
-                let m = 9 + (i + i / 8) % 8;
-                i += 1;
-                let shape = Shape::new(n, k).unwrap();
-                let what = format!("direct M {m} K {k} N {n} k={bits} bf16={bf}");
-                if bf {
-                    go::<bf16>(&ctx, &mut rng, &what, m, shape, bits);
-                } else {
-                    go::<f16>(&ctx, &mut rng, &what, m, shape, bits);
-                }
-            }
+    let i = for_each_case(&shapes, |i, shape, bits, bf| {
+        let m = 9 + (i + i / 8) % 8;
+        let what = format!("direct M {m} K {} N {} k={bits} bf16={bf}", shape.k, shape.n);
+        if bf {
+            go::<bf16>(&ctx, &mut rng, &what, m, shape, bits);
+        } else {
+            go::<f16>(&ctx, &mut rng, &what, m, shape, bits);
         }
-    }
+    });
     let p = prepare::<f16>(&ctx, &mut rng, 8192, 64, 4);
     let x = ctx.stream().clone_htod(&vec![f16::ZERO; 9 * 8192]).unwrap();
     let mut y = ctx.stream().alloc_zeros::<f16>(9 * 64).unwrap();
