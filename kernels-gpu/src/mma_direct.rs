@@ -379,7 +379,9 @@ unsafe fn load_x<const R: u32>(a: &Args, w: u32, g: u32, t: u32) -> [[u32; 4]; 4
 }
 
 /// [`stage_x`]'s round of rows `r0 .. r0 + 4` of sixteen for chunk `e` at
-/// `place` (step, chunk, quarter).
+/// `place` (step, chunk, quarter). (Beside the rounds of 1, 4 and 8 rows
+/// rather than folded into them: one loop for all four changed the code
+/// ptxas made of the smaller instances, and spilled the early-decode one.)
 ///
 /// # Safety
 /// As [`stage_x`].
