@@ -691,7 +691,7 @@ impl Context {
             Some(true) => Some(resident(2).ok_or_else(|| Error::SplitK {
                 what: "teams",
                 value: 2,
-                reason: "two teams per block run at k ≤ 4 within the block's shared memory only".into(),
+                reason: "two teams per block run at k ≤ 4 and M ≤ 8, within the block's shared memory, only".into(),
             })?),
             Some(false) => None,
             None if direct_teams(bits, rows, k, crowded, resident1) => resident(2),
