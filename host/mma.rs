@@ -430,6 +430,23 @@ fn direct_preferred(m: usize, shape: Shape, bits: u32, sms: u32) -> bool {
         || (m <= 16 && sixteen_k && groups >= 2 * sms.max(1) as u64)
 }
 
+/// Whether automatic plans take the direct-load variant for a narrow
+/// weight outside [`direct_preferred`]'s region: M = 5..8, N = 512..1023
+/// (32 to 63 groups) and K of one step per warp (1921..2048, so the plan
+/// can keep the activations in registers), at k ≤ 4. The caller takes it
+/// only where the plan does keep them in registers (sm_90): with staged
+/// rows such shapes lost to the K-slot plans on an H200 (the region of
+/// [`direct_preferred`], measured before the register plans). Measured on an
+/// H100 on `kv` (2048×512, 32 groups; A/B in one run against the K-slot
+/// plan of 8-column blocks, medians of three, µs, M = 5 / 8): k = 2 2.54 /
+/// 2.48 → 1.87 / 2.04, k = 3 2.52 / 2.46 → 1.94 / 2.11, k = 4 2.51 / 2.45
+/// → 1.91 / 2.10 (−14 to −27 %; M = 4 runs 1.77–1.93). k = 5 (no register
+/// instance, staged) lost 6 to 9 %.
+fn direct_narrow(m: usize, shape: Shape, bits: u32) -> bool {
+    let one_step = direct::steps(shape.k as u32) == direct::WARPS;
+    (5..=8).contains(&m) && bits <= 4 && (512..1024).contains(&shape.n) && one_step
+}
+
 /// Whether a direct-load plan takes two teams of 16 warps per block (one
 /// table and one copy of the staged activations per SM instead of one per
 /// block): where one team per block would crowd an SM (`crowded`: two
@@ -766,6 +783,7 @@ impl Context {
         Ok(match opts.direct {
             Some(true) => Some(plan()?),
             None if auto && direct_preferred(m, shape, bits, sms) => plan().ok(),
+            None if auto && direct_narrow(m, shape, bits) => plan().ok().filter(|p| p.x_registers),
             _ => None,
         })
     }
@@ -1201,6 +1219,27 @@ mod tests {
         assert!(!direct_teams(4, 1, 8192, true, 2));
         // Not where one team per block leaves room on every SM.
         assert!(!direct_teams(4, 8, 8192, false, 2));
+    }
+
+    /// The narrow region beside `direct_preferred`'s: `kv`-like weights at M = 5..8, k ≤ 4,
+    /// K of one step per warp.
+    #[test]
+    fn direct_narrow_takes_kv_at_m5_to_8() {
+        let s = |n, k| Shape::new(n, k).unwrap();
+        for m in 5..=8 {
+            for bits in 2..=4 {
+                assert!(direct_narrow(m, s(512, 2048), bits), "kv M {m} k={bits}");
+                assert!(direct_narrow(m, s(1000, 2048), bits) && direct_narrow(m, s(512, 1952), bits));
+            }
+            assert!(!direct_narrow(m, s(512, 2048), 5), "no register instance at k = 5");
+            // Wider (`direct_preferred`'s), narrower, or more than one step per warp.
+            for (n, k) in [(1024, 2048), (256, 2048), (512, 4096), (512, 1024), (512, 1920)] {
+                assert!(!direct_narrow(m, s(n, k), 4), "N {n} K {k}");
+            }
+        }
+        for m in [1, 4, 9, 16] {
+            assert!(!direct_narrow(m, s(512, 2048), 4), "M {m}");
+        }
     }
 
     /// The direct-load variant's region at M = 5..16, on the design shapes
