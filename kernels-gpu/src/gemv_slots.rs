@@ -321,6 +321,146 @@ unsafe fn fma_block<const M: usize, const K: usize>(
     }
 }
 
+/// Accumulates one K tile of both columns of a pairs-form thread (columns
+/// `c` and `c + C` own the same K tile, so they read the same staged
+/// activations) into `acc_a` and `acc_b`: each column's arithmetic and
+/// order are [`fma_tile`]'s, but every octet of activations is loaded once
+/// for both, so a step's `2M` activation loads serve two columns instead of
+/// one. [`pair`] takes it at M ≥ 2 and k ≤ 4. H100, 8 experts of M rows,
+/// against one column after the other: `moe_dn` (512 → 2048) at M = 2
+/// −3 to −10 %, at M = 3 −9 to −13 %, `moe_gu` (2048 → 512) at M = 2, 3
+/// −6 to −13 %, M = 4 k = 2 −14 %; at M = 1 it lost 2–10 % and at k = 5
+/// 5–17 % (more registers for no fewer instructions that bind). The
+/// blocks are spelled out, not looped over (see [`fma_tile`]); the octets
+/// are [`octet_quads`] and [`octet_pairs`], which [`fma_block`] does not
+/// share: through them the dense instances' PTX changed (sm_90 M = 3, 4,
+/// k = 2: 2–4 more registers).
+///
+/// # Safety
+/// As [`fma_block`], with k ≤ 4.
+#[inline(always)]
+unsafe fn fma_tile_pair<const M: usize, const K: usize>(
+    ta: &Tile<K>,
+    tb: &Tile<K>,
+    table: u32,
+    copy: u32,
+    xs: u32,
+    acc_a: &mut [[f32; M]; 2],
+    acc_b: &mut [[f32; M]; 2],
+) {
+    unsafe {
+        let (a, b) = ((&ta.planes[0], ta.scales & 0xFF), (&tb.planes[0], tb.scales & 0xFF));
+        fma_block_pair::<M, K>(a, b, table, copy, xs, acc_a, acc_b);
+        let (a, b) = ((&ta.planes[1], (ta.scales >> 8) & 0xFF), (&tb.planes[1], (tb.scales >> 8) & 0xFF));
+        fma_block_pair::<M, K>(a, b, table, copy, xs + 4 * 32, acc_a, acc_b);
+    }
+}
+
+/// [`fma_block`] for the same block of two columns `a` and `b` (planes,
+/// scale byte; k ≤ 4), one load of each activation octet for both.
+///
+/// # Safety
+/// As [`fma_block`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn fma_block_pair<const M: usize, const K: usize>(
+    a: (&[u32; K], u32),
+    b: (&[u32; K], u32),
+    table: u32,
+    copy: u32,
+    xs: u32,
+    acc_a: &mut [[f32; M]; 2],
+    acc_b: &mut [[f32; M]; 2],
+) {
+    let (sa, sb) = (e4m4::decode_biased(a.1 as u8), e4m4::decode_biased(b.1 as u8));
+    let mine = table + (copy & 0xFF);
+    if K == 2 {
+        let (mut da, mut db) = ([[0f32; M]; 2], [[0f32; M]; 2]);
+        let (wa, wb) = (lookup_words::<K, M>(a.0, copy), lookup_words::<K, M>(b.0, copy));
+        each_octet(g::rows(M as u32), |m8| {
+            let x = unsafe { load_x8::<M>(xs + 32 * m8) };
+            unsafe {
+                octet_quads::<M>(&wa, &x, m8, table, mine, &mut da);
+                octet_quads::<M>(&wb, &x, m8, table, mine, &mut db);
+            }
+        });
+        fold_block(&da, sa, acc_a);
+        fold_block(&db, sb, acc_b);
+    } else {
+        let (wa, wb) = (lookup_words::<K, M>(a.0, copy), lookup_words::<K, M>(b.0, copy));
+        each_octet(g::rows(M as u32), |m8| {
+            let x = unsafe { load_x8::<M>(xs + 32 * m8) };
+            unsafe {
+                octet_pairs::<M>(&wa, &x, m8, table, mine, sa, acc_a);
+                octet_pairs::<M>(&wb, &x, m8, table, mine, sb, acc_b);
+            }
+        });
+    }
+}
+
+/// k = 2: folds a block's even and odd dot products `d` into `acc` with
+/// the block's scale.
+#[inline(always)]
+fn fold_block<const M: usize>(d: &[[f32; M]; 2], scale: f32, acc: &mut [[f32; M]; 2]) {
+    for t in 0..2 {
+        for r in 0..M {
+            acc[t][r] = ptx::fma_rn_f32(d[t][r], scale, acc[t][r]);
+        }
+    }
+}
+
+/// k = 2: elements `8m8 .. 8m8 + 8` of a block (two quad loads, addresses
+/// from the block's [`lookup_words`] `w`) into the unscaled even and odd
+/// dot products `d` against the staged activations `x`.
+///
+/// # Safety
+/// The table is built and published.
+#[inline(always)]
+unsafe fn octet_quads<const M: usize>(
+    w: &[u32; 8],
+    x: &[[f32; 8]; M],
+    m8: u32,
+    table: u32,
+    mine: u32,
+    d: &mut [[f32; M]; 2],
+) {
+    let (fa, fb) = (lookup_at::<M>(w, 0, m8, table, mine), lookup_at::<M>(w, 1, m8, table, mine));
+    let (a, b) = unsafe { (ptx::ld_shared_v4(fa), ptx::ld_shared_v4(fb)) };
+    // Quad a is elements 8m8 + {0, 1, 4, 5}, quad b + {2, 3, 6, 7}.
+    let v = [a[0], a[1], b[0], b[1], a[2], a[3], b[2], b[3]];
+    for c in 0..8 {
+        for r in 0..M {
+            d[c % 2][r] = ptx::fma_rn_f32(f32::from_bits(v[c]), x[r][c], d[c % 2][r]);
+        }
+    }
+}
+
+/// k = 3, 4: elements `8m8 .. 8m8 + 8` of a block (four pair loads), each
+/// weight `cb · scale`, into `acc` (even and odd elements).
+///
+/// # Safety
+/// As [`octet_quads`].
+#[inline(always)]
+unsafe fn octet_pairs<const M: usize>(
+    w: &[u32; 8],
+    x: &[[f32; 8]; M],
+    m8: u32,
+    table: u32,
+    mine: u32,
+    scale: f32,
+    acc: &mut [[f32; M]; 2],
+) {
+    for q in 0..4 {
+        let v = unsafe { ptx::ld_shared_v2(lookup_at::<M>(w, q, m8, table, mine)) };
+        let w0 = ptx::mul_rn_f32(f32::from_bits(v[0]), scale);
+        let w1 = ptx::mul_rn_f32(f32::from_bits(v[1]), scale);
+        for r in 0..M {
+            acc[0][r] = ptx::fma_rn_f32(w0, x[r][2 * q], acc[0][r]);
+            acc[1][r] = ptx::fma_rn_f32(w1, x[r][2 * q + 1], acc[1][r]);
+        }
+    }
+}
+
 /// The GEMV of one block: `C` columns starting at `col_block·C`, all of K,
 /// `rows ≤ M` rows of `x` (row stride `k_dim`) into `y` (row stride `n_dim`).
 ///
@@ -794,7 +934,9 @@ struct Rows {
 /// layer), and again after it only when the guess was wrong. With half
 /// the blocks, the next launch's blocks find room beside this one's and
 /// do the same. Each column's arithmetic is the dense kernel's, in its
-/// order (one tile per slot, slot partials added in slot order).
+/// order (one tile per slot, slot partials added in slot order); at M ≥ 2
+/// and k ≤ 4 the two columns share each activation load
+/// ([`fma_tile_pair`]).
 ///
 /// # Safety
 /// As [`grouped`], with `S ≥ k_tiles` and `log_reps = 1` in `geom` (the
@@ -879,11 +1021,16 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     let (mut acc_a, mut acc_b) = ([[0f32; M]; 2], [[0f32; M]; 2]);
     // Slots past K hold zero tiles (scale 0) against zero activations:
     // they add +0, as the dense kernel's skipped tiles leave +0.
-    unsafe { fma_tile::<M, K>(&ta, base, copy, at_x, &mut acc_a) };
-    // One tile at a time: interleaved, the two took up to twice the
-    // registers.
-    ptx::syncwarp();
-    unsafe { fma_tile::<M, K>(&tb, base, copy, at_x, &mut acc_b) };
+    if M >= 2 && K <= 4 {
+        // Both columns over each staged activation octet.
+        unsafe { fma_tile_pair::<M, K>(&ta, &tb, base, copy, at_x, &mut acc_a, &mut acc_b) };
+    } else {
+        unsafe { fma_tile::<M, K>(&ta, base, copy, at_x, &mut acc_a) };
+        // One tile at a time: interleaved, the two took up to twice the
+        // registers.
+        ptx::syncwarp();
+        unsafe { fma_tile::<M, K>(&tb, base, copy, at_x, &mut acc_b) };
+    }
     let at = Columns { xs, first_col, n_dim, log_span: geo.log_cols + 1, slots: geo.slots() };
     unsafe {
         if K == 5 {
