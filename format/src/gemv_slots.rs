@@ -33,7 +33,10 @@
 //! The slot's partial is `acc[0] + acc[1]`; the
 //! output is `((p_0 + p_1) + p_2) + … + p_{S-1}`, rounded to nearest even.
 //! Nothing here depends on M, on the launch geometry or on the GPU, so the
-//! grouped kernel reproduces the dense one bit for bit.
+//! grouped kernel reproduces the dense one bit for bit. (It must not depend
+//! on M: a grouped call runs every expert, one row or four, in the instance
+//! for its `max_m` rows, while the dense call on that expert alone runs the
+//! instance for its own row count.)
 
 use crate::tile;
 
