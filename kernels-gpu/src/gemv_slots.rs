@@ -374,9 +374,9 @@ unsafe fn fma_block_pair<const M: usize, const K: usize>(
 ) {
     let (sa, sb) = (e4m4::decode_biased(a.1 as u8), e4m4::decode_biased(b.1 as u8));
     let mine = table + (copy & 0xFF);
+    let (wa, wb) = (lookup_words::<K, M>(a.0, copy), lookup_words::<K, M>(b.0, copy));
     if K == 2 {
         let (mut da, mut db) = ([[0f32; M]; 2], [[0f32; M]; 2]);
-        let (wa, wb) = (lookup_words::<K, M>(a.0, copy), lookup_words::<K, M>(b.0, copy));
         each_octet(g::rows(M as u32), |m8| {
             let x = unsafe { load_x8::<M>(xs + 32 * m8) };
             unsafe {
@@ -387,7 +387,6 @@ unsafe fn fma_block_pair<const M: usize, const K: usize>(
         fold_block(&da, sa, acc_a);
         fold_block(&db, sb, acc_b);
     } else {
-        let (wa, wb) = (lookup_words::<K, M>(a.0, copy), lookup_words::<K, M>(b.0, copy));
         each_octet(g::rows(M as u32), |m8| {
             let x = unsafe { load_x8::<M>(xs + 32 * m8) };
             unsafe {
