@@ -87,7 +87,12 @@ fn split_sm90a(ptx: &str) -> (String, String) {
 /// instances are held to 64 registers (ptxas gives them 65 and 66 on
 /// sm_90, which costs resident blocks and with them the overlap of a call
 /// with the previous one; capped, no spills: three-row `q`, `o`, `down`
-/// −8 to −10 %). So is the one-row two-team k = 2 instance (72 on sm_90),
+/// −8 to −10 %), and so, since the one-row k = 4 blocks are folded
+/// (`kbit_format::gemv_slots::folds`), are the grouped pairs three-row
+/// k = 4 instance (70 on sm_90) and the grouped one-row k = 4 instance (67
+/// on sm_90) — the latter at 63: capped at 64, ptxas spills it on sm_89
+/// (8 bytes of stack), where it takes 60 uncapped; at 63 neither spills,
+/// and 63 and 64 registers hold the same blocks. So is the one-row two-team k = 2 instance (72 on sm_90),
 /// whose 1024 threads need 64 (pair sums: two teams share one block's
 /// tables on Llama-3-8B). Other instances a little over 64 spill when
 /// capped. The two-team direct-load instances carry their launch size
@@ -100,10 +105,13 @@ fn launch_bounds(entry: &str) -> Option<&'static str> {
         Some(".maxnreg 60\n")
     } else if entry.starts_with("kbit_gemv_slots_m1_k4_")
         || entry.starts_with("kbit_gemv_slots_m3_k4_")
+        || entry.starts_with("kbit_grouped_gemv_pairs_m3_k4_")
         || entry.starts_with("kbit_gemv_teams_m1_k2_")
         || entry.starts_with("kbit_gemv_m1_k4_")
     {
         Some(".maxnreg 64\n")
+    } else if entry.starts_with("kbit_grouped_gemv_slots_m1_k4_") {
+        Some(".maxnreg 63\n")
     } else if entry.starts_with("kbit_mma_direct_teams_") {
         Some(".maxntid 1024, 1, 1\n")
     } else if entry.starts_with("kbit_mma_direct_k") && entry.contains("_r16_") {

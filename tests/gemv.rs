@@ -174,9 +174,11 @@ fn model_blocks<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
 
 /// The column-slot variant (`kbit_format::gemv_slots`): slot `s` of
 /// `S = slots(N, K)` walks tiles `s, s + S, …` and keeps two f32
-/// accumulators (even and odd elements). For k = 3..5 every element adds
-/// `f32(cb · scale) · x` to its accumulator; for k = 2 each block's two
-/// chains of `cb · x` from 0 are folded in as `fma(d, scale, acc)`. The
+/// accumulators (even and odd elements). Where `gs::folds` (k = 2; k = 4
+/// with one row) each block's two chains of `cb · x` from 0 are folded in
+/// as `fma(d, scale, acc)` (k = 2: each chain into its accumulator; k = 4:
+/// both into the first); otherwise every element adds
+/// `f32(cb · scale) · x` to its accumulator. The
 /// slot's partial is the sum of its accumulators, and the partials are
 /// added in slot order.
 fn model_slots<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
@@ -206,7 +208,7 @@ fn model_slots<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
                                     let idx = planes::index(&w.packed()[wi..wi + bits as usize], e);
                                     let pos = kt * 64 + 32 * h + e;
                                     let xv = if pos < k_dim { x[r * k_dim + pos].to_f32() } else { 0.0 };
-                                    if bits == 2 {
+                                    if gs::folds(bits as u32, m as u32) {
                                         d[e % 2] = cb[idx as usize].mul_add(xv, d[e % 2]);
                                     } else {
                                         acc[e % 2] = (cb[idx as usize] * sc).mul_add(xv, acc[e % 2]);
@@ -216,6 +218,8 @@ fn model_slots<T: Element>(x: &[T], m: usize, w: &TiledWeight) -> Vec<T> {
                                     for t in 0..2 {
                                         acc[t] = d[t].mul_add(sc, acc[t]);
                                     }
+                                } else if gs::folds(bits as u32, m as u32) {
+                                    acc[0] = d[1].mul_add(sc, d[0].mul_add(sc, acc[0]));
                                 }
                             }
                             kt += s;
@@ -424,14 +428,17 @@ fn cpu_model_matches_f64_reference() {
             let cb = random_codebook(&mut rng, bits);
             let w = random_tiled(&mut rng, shape, &cb);
             let wd: Vec<f32> = reference::dequantize_tiled(&w);
-            let x: Vec<f16> = common::gaussian(&mut rng, 3 * k, 1.0);
-            let want = reference::matmul_f64(&x, 3, &wd, shape).unwrap();
-            check_close(&model_slots(&x, 3, &w), &want, &format!("slot model f16 {n}x{k} k={bits}"));
-            check_close(&model_blocks(&x, 3, &w), &want, &format!("block model f16 {n}x{k} k={bits}"));
-            let xb: Vec<bf16> = common::gaussian(&mut rng, 3 * k, 1.0);
-            let want = reference::matmul_f64(&xb, 3, &wd, shape).unwrap();
-            check_close(&model_slots(&xb, 3, &w), &want, &format!("slot model bf16 {n}x{k} k={bits}"));
-            check_close(&model_blocks(&xb, 3, &w), &want, &format!("block model bf16 {n}x{k} k={bits}"));
+            // M = 1 and 3: the models' summation orders differ by M.
+            for m in [1, 3] {
+                let x: Vec<f16> = common::gaussian(&mut rng, m * k, 1.0);
+                let want = reference::matmul_f64(&x, m, &wd, shape).unwrap();
+                check_close(&model_slots(&x, m, &w), &want, &format!("slot model f16 {n}x{k} k={bits} M={m}"));
+                check_close(&model_blocks(&x, m, &w), &want, &format!("block model f16 {n}x{k} k={bits} M={m}"));
+                let xb: Vec<bf16> = common::gaussian(&mut rng, m * k, 1.0);
+                let want = reference::matmul_f64(&xb, m, &wd, shape).unwrap();
+                check_close(&model_slots(&xb, m, &w), &want, &format!("slot model bf16 {n}x{k} k={bits} M={m}"));
+                check_close(&model_blocks(&xb, m, &w), &want, &format!("block model bf16 {n}x{k} k={bits} M={m}"));
+            }
         }
     }
 }

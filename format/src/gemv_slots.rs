@@ -23,20 +23,25 @@
 //! widened to f32 (0 past K) and `s_b = e4m4::decode(scale)` of the block;
 //! everything is f32.
 //!
-//! - k = 3, 4, 5: for each element `e` of the block in increasing order,
+//! - Folded blocks ([`folds`]: k = 2 at every row count, k = 4 with one
+//!   row): `d[e % 2] = fma(cb[idx_e], x_e, d[e % 2])` over the block's
+//!   elements in increasing order from `d = [0, 0]`, then for k = 2
+//!   `acc[t] = fma(d[t], s_b, acc[t])` for `t = 0, 1`, and for k = 4
+//!   `acc[0] = fma(d[1], s_b, fma(d[0], s_b, acc[0]))` (`acc[1]` stays 0):
+//!   one multiply a block instead of one a weight.
+//! - Otherwise (k = 3, 5; k = 4 with two rows or more): for each element
+//!   `e` of the block in increasing order,
 //!   `acc[e % 2] = fma(w_e, x_e, acc[e % 2])` with `w_e = cb[idx_e] · s_b`.
-//! - k = 2: `d[e % 2] = fma(cb[idx_e], x_e, d[e % 2])` over the block's
-//!   elements in increasing order from `d = [0, 0]`, then
-//!   `acc[t] = fma(d[t], s_b, acc[t])` for `t = 0, 1` (one multiply fewer
-//!   per weight keeps these instances within 64 registers).
 //!
 //! The slot's partial is `acc[0] + acc[1]`; the
 //! output is `((p_0 + p_1) + p_2) + … + p_{S-1}`, rounded to nearest even.
-//! Nothing here depends on M, on the launch geometry or on the GPU, so the
-//! grouped kernel reproduces the dense one bit for bit. (It must not depend
-//! on M: a grouped call runs every expert, one row or four, in the instance
-//! for its `max_m` rows, while the dense call on that expert alone runs the
-//! instance for its own row count.)
+//! Nothing here depends on the launch geometry or on the GPU, and the
+//! only dependence on M is [`folds`], on the row count of the problem
+//! itself (the call's rows, or one expert's), never on the instance that
+//! runs it. A grouped call runs every expert, one row or four, in the
+//! instance for its `max_m` rows, and takes the one-row order for an
+//! expert with one row, so it reproduces the dense call on that expert
+//! alone bit for bit.
 
 use crate::tile;
 
@@ -60,6 +65,24 @@ pub const fn x_tile_floats(m: u32) -> u32 {
 /// (8.7 µs against 7.6 with 8); 2048×4096 is faster with 16 than with 32
 /// (3.5 against 4.2 µs; `bench-results/NOTES.md`).
 const SLOT_THREADS_X_SQRT2: usize = 92_682;
+
+/// Whether blocks of a `bits`-bit matrix are summed unscaled and scaled
+/// once (module docs) in a problem of `rows` rows: k = 2 always, k = 4
+/// with one row. There the multiply per weight is an eighth of a one-row
+/// call's instructions; at two rows or more the extra sums per row take
+/// the k = 4 instances past 64 registers, and at k = 3 the one-row
+/// instances gained a register and lost time. k = 5 decodes one weight a
+/// lookup and keeps its multiply.
+///
+/// ```
+/// use kbit_format::gemv_slots::folds;
+/// assert!(folds(2, 3) && folds(4, 1));
+/// assert!(!folds(4, 2) && !folds(3, 1) && !folds(5, 1));
+/// ```
+#[inline(always)]
+pub const fn folds(bits: u32, rows: u32) -> bool {
+    bits == 2 || (bits == 4 && rows == 1)
+}
 
 /// Number of K slots per column, `S`: a power of two in 1..=32 that depends
 /// only on the shape, so it fixes the summation order (module docs).

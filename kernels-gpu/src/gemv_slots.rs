@@ -40,10 +40,13 @@
 //! shared-memory load dequantizes a whole field: four codebook values for
 //! k = 2, two for k = 3, 4 (per-lane replicated tables, conflict-free), one
 //! for k = 5.
-//! For k = 3..5 each weight is `f32(cb · scale)`, formed once and FMA'd
-//! into all M rows; for k = 2 the codebook values are FMA'd into the
-//! block's even- and odd-element dot products, which the block's scale
-//! multiplies once as they are folded into the accumulators.
+//! Where the block is folded (`kbit_format::gemv_slots::folds`: k = 2,
+//! and k = 4 when the problem has one row) the codebook values are FMA'd
+//! into the block's even- and odd-element dot products, which the block's
+//! scale multiplies once as they are folded into the accumulators;
+//! otherwise each weight is `f32(cb · scale)`, formed once and FMA'd into
+//! all M rows. A grouped instance for more rows runs its one-row experts'
+//! k = 4 blocks folded, as the dense one-row call does.
 //!
 //! # Reduction
 //!
@@ -228,7 +231,8 @@ unsafe fn load_x8<const M: usize>(addr: u32) -> [[f32; 8]; M] {
 
 /// Accumulates one tile of one column into `acc`: the two 32-value blocks
 /// one after the other, each with its own scale, in the summation order of
-/// `kbit_format::gemv_slots`. Written as
+/// `kbit_format::gemv_slots` (`one_row`: the problem has one row, see
+/// [`fma_block`]). Written as
 /// two calls, not a loop, so that no array is indexed by a loop counter
 /// that might stay a run-time value (it would live on the stack).
 ///
@@ -241,10 +245,11 @@ unsafe fn fma_tile<const M: usize, const K: usize>(
     copy: u32,
     xs: u32,
     acc: &mut [[f32; M]; 2],
+    one_row: bool,
 ) {
     unsafe {
-        fma_block::<M, K>(&t.planes[0], t.scales & 0xFF, table, copy, xs, acc);
-        fma_block::<M, K>(&t.planes[1], (t.scales >> 8) & 0xFF, table, copy, xs + 4 * 32, acc);
+        fma_block::<M, K>(&t.planes[0], t.scales & 0xFF, table, copy, xs, acc, one_row);
+        fma_block::<M, K>(&t.planes[1], (t.scales >> 8) & 0xFF, table, copy, xs + 4 * 32, acc, one_row);
     }
 }
 
@@ -256,6 +261,12 @@ unsafe fn fma_tile<const M: usize, const K: usize>(
 /// table load, k = 3, 4 two, k = 5 one (addresses as in
 /// `crate::gemv::lookup_at`).
 ///
+/// `one_row`: the problem has one row (the call's, or a grouped call's
+/// expert's; true whenever M = 1), which at k = 4 sums the block in the
+/// folded order of `kbit_format::gemv_slots::folds` into row 0 alone.
+/// A grouped instance for more rows takes it at run time for its one-row
+/// experts, so that each matches the dense one-row call bit for bit.
+///
 /// # Safety
 /// The table and the block's activations are staged and published.
 #[inline(always)]
@@ -266,8 +277,10 @@ unsafe fn fma_block<const M: usize, const K: usize>(
     copy: u32,
     xs: u32,
     acc: &mut [[f32; M]; 2],
+    one_row: bool,
 ) {
-    let scale = e4m4::decode_biased(scale as u8);
+    let byte = scale;
+    let scale = e4m4::decode_biased(byte as u8);
     let mine = table + (copy & 0xFF);
     if K == 2 {
         // Block dot products of the even and odd elements, scaled once as
@@ -292,6 +305,23 @@ unsafe fn fma_block<const M: usize, const K: usize>(
                 acc[t][r] = ptx::fma_rn_f32(d[t][r], scale, acc[t][r]);
             }
         }
+    } else if K == 4 && one_row {
+        // Row 0's unscaled even and odd sums (the table in the layout of
+        // M rows, the staged row 0 at `xs`), both scaled into `acc[0][0]`.
+        let w = lookup_words::<K, M>(planes, copy);
+        let mut d = [0f32; 2];
+        each_octet(g::rows(M as u32), |m8| {
+            let [x] = unsafe { load_x8::<1>(xs + 32 * m8) };
+            for q in 0..4 {
+                let v = unsafe { ptx::ld_shared_v2(lookup_at::<M>(&w, q, m8, table, mine)) };
+                d[0] = ptx::fma_rn_f32(f32::from_bits(v[0]), x[2 * q], d[0]);
+                d[1] = ptx::fma_rn_f32(f32::from_bits(v[1]), x[2 * q + 1], d[1]);
+            }
+        });
+        // (The scale decoded here, after the sums, holds one register
+        // fewer through them.)
+        let scale = e4m4::decode_biased(byte as u8);
+        acc[0][0] = ptx::fma_rn_f32(d[1], scale, ptx::fma_rn_f32(d[0], scale, acc[0][0]));
     } else if K <= 4 {
         let w = lookup_words::<K, M>(planes, copy);
         each_octet(g::rows(M as u32), |m8| {
@@ -326,7 +356,8 @@ unsafe fn fma_block<const M: usize, const K: usize>(
 /// activations) into `acc_a` and `acc_b`: each column's arithmetic and
 /// order are [`fma_tile`]'s, but every octet of activations is loaded once
 /// for both, so a step's `2M` activation loads serve two columns instead of
-/// one. [`pair`] takes it at M ≥ 2 and k ≤ 4. H100, 8 experts of M rows,
+/// one. [`pair`] takes it at M ≥ 2 and k ≤ 4 (not for an expert with one
+/// row at k = 4, which is folded: [`fma_block`]). H100, 8 experts of M rows,
 /// against one column after the other: `moe_dn` (512 → 2048) at M = 2
 /// −3 to −10 %, at M = 3 −9 to −13 %, `moe_gu` (2048 → 512) at M = 2, 3
 /// −6 to −13 %, M = 4 k = 2 −14 %; at M = 1 it lost 2–10 % and at k = 5
@@ -541,6 +572,9 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const GROUPED
     ptx::bar_sync();
 
     let mut acc = [[0f32; M]; 2];
+    // A grouped block of an expert with one row sums it as the dense
+    // one-row call does ([`fma_block`]).
+    let one_row = M == 1 || rows == 1;
     // Iteration i: stage activations when a later chunk starts, then tile i.
     macro_rules! step {
         ($i:expr, $t:expr) => {{
@@ -556,7 +590,7 @@ unsafe fn body<const M: usize, const K: usize, T: Elem<Raw = u16>, const GROUPED
             }
             if ok(i) {
                 let staged = ((i & chunk_mask) << geo.log_slots) + slot;
-                unsafe { fma_tile::<M, K>(&$t, table, copy, xs + staged * x_tile_bytes, &mut acc) };
+                unsafe { fma_tile::<M, K>(&$t, table, copy, xs + staged * x_tile_bytes, &mut acc, one_row) };
             }
         }};
     }
@@ -1019,16 +1053,19 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     let at_x = xs + slot * gs::x_tile_floats(M as u32) * 4;
     let (mut acc_a, mut acc_b) = ([[0f32; M]; 2], [[0f32; M]; 2]);
     // Slots past K hold zero tiles (scale 0) against zero activations:
-    // they add +0, as the dense kernel's skipped tiles leave +0.
-    if M >= 2 && K <= 4 {
+    // they add +0, as the dense kernel's skipped tiles leave +0. An expert
+    // with one row is summed as the dense one-row call sums it
+    // ([`fma_block`]), at k = 4 one column after the other.
+    let one_row = M == 1 || rows == 1;
+    if M >= 2 && K <= 4 && !(K == 4 && one_row) {
         // Both columns over each staged activation octet.
         unsafe { fma_tile_pair::<M, K>(&ta, &tb, base, copy, at_x, &mut acc_a, &mut acc_b) };
     } else {
-        unsafe { fma_tile::<M, K>(&ta, base, copy, at_x, &mut acc_a) };
+        unsafe { fma_tile::<M, K>(&ta, base, copy, at_x, &mut acc_a, one_row) };
         // One tile at a time: interleaved, the two took up to twice the
         // registers.
         ptx::syncwarp();
-        unsafe { fma_tile::<M, K>(&tb, base, copy, at_x, &mut acc_b) };
+        unsafe { fma_tile::<M, K>(&tb, base, copy, at_x, &mut acc_b, one_row) };
     }
     let at = Columns { xs, first_col, n_dim, log_span: geo.log_cols + 1, slots: geo.slots() };
     unsafe {
