@@ -15,7 +15,13 @@
 //! 2048, 3072, 4096, 6144, 8192, 10240, 14336, 20480, 28672}
 //! (`bench-results/nvidia-h200-2026-11-28-40c5405-grid.{md,json}`),
 //! and the same ratios for two design shapes off the grid (their rows in
-//! the tables of the same commit, `…-40c5405.json`). Another shape
+//! the tables of the same commit, `…-40c5405.json`). The M = 1, k = 4
+//! ratios are newer: from an H100 at 045020d, whose GEMV sums one-row
+//! k = 4 blocks unscaled (`kbit_format::gemv_slots::folds`) and took
+//! 1–3 % off its column-slot shapes, so that Qwen3 `q` (2048×4096) at
+//! M = 1, k = 4 went from the tensor-core kernel's 3.38 µs to the GEMV's
+//! 3.08 (`bench-results/nvidia-h100-80gb-hbm3-2026-12-07-045020d-grid.*`,
+//! and the two off-grid shapes from `…-045020d-m1-4.json`). Another shape
 //! between grid points takes the bilinear interpolation in (log2 K,
 //! log2 N); outside the grid, the nearest edge. The MMA kernel is ahead on
 //! 67–75 of the 84 grid points at M = 1 and k = 2..4 and on 12 at k = 5,
@@ -62,15 +68,15 @@ const RATIO: [[[[i8; 12]; 7]; 4]; 4] = [
             [-9, -7, -35, -13, -31, -22, -9, -13, -24, -23, -18, -17],
             [-11, -5, -42, -18, -34, -31, -13, -15, -26, -25, -19, -18],
         ],
-        // k = 4: K = 1024, 1536, 2048, 3072, 4096, 6144, 8192
+        // k = 4: K = 1024, 1536, 2048, 3072, 4096, 6144, 8192 (H100, 045020d)
         [
-            [-11, 6, -23, 8, -6, 10, -1, 3, 2, -3, -9, -6],
-            [6, -1, -22, -3, -13, -1, -4, -5, -7, -16, -26, -17],
-            [12, 6, -18, -2, -10, -3, -8, -9, -8, -20, -22, -10],
-            [2, 5, -25, -16, -20, -10, -15, -26, -19, -10, -18, -7],
-            [6, 6, -24, -13, -25, -18, -18, -15, -12, -23, -26, -10],
-            [3, -6, -30, -12, -29, -30, -12, -12, -11, -23, -13, -10],
-            [3, -4, -34, -15, -32, -34, -13, -12, -11, -25, -12, -11],
+            [-10, 8, -21, 9, -6, 12, -4, 10, 1, 1, -3, 0],
+            [3, 3, -19, 1, -14, 9, -8, 0, 0, -12, -18, -16],
+            [16, 8, -17, 2, -12, 5, -11, -11, -19, -30, -20, -15],
+            [-1, 4, -28, -11, -22, -5, -19, -31, -18, -7, -12, -6],
+            [5, 9, -23, -4, -27, -17, -24, -19, -11, -11, -19, -10],
+            [-2, -5, -27, -1, -37, -37, -14, -14, -8, -11, -19, -11],
+            [-1, -7, -32, -10, -38, -43, -14, -15, -3, -9, -16, -9],
         ],
         // k = 5: K = 1024, 1536, 2048, 3072, 4096, 6144, 8192
         [
@@ -216,13 +222,13 @@ const RATIO: [[[[i8; 12]; 7]; 4]; 4] = [
 
 /// Shapes measured off the grid, which take their own ratios: `(K, N,
 /// [M − 1][k − 2])`, from the run beside the grid's
-/// (`…-40c5405.json`). Qwen3 gate/up and down lie between grid
+/// (`…-40c5405.json`; M = 1, k = 4 from `…-045020d-m1-4.json`). Qwen3 gate/up and down lie between grid
 /// points where the GEMV's plan changes step (gate/up's 16 K slots per
 /// column against 8 at N = 6144).
 #[rustfmt::skip]
 const MEASURED: [(usize, usize, [[i8; 4]; 4]); 2] = [
-    (2048, 5120, [[-24, -10, -9, 18], [-33, -30, -26, 4], [-59, -50, -47, -16], [-72, -66, -62, -32]]), // Qwen3 gate/up
-    (5120, 2048, [[-20, -13, -12, 11], [-33, -26, -23, -27], [-60, -53, -45, -42], [-71, -65, -61, -45]]), // Qwen3 down
+    (2048, 5120, [[-24, -10, -11, 18], [-33, -30, -26, 4], [-59, -50, -47, -16], [-72, -66, -62, -32]]), // Qwen3 gate/up
+    (5120, 2048, [[-20, -13, -1, 11], [-33, -26, -23, -27], [-60, -53, -45, -42], [-71, -65, -61, -45]]), // Qwen3 down
 ];
 
 /// The segment of `points` that holds `x` and the fraction of the way
@@ -321,11 +327,12 @@ mod tests {
     #[test]
     fn measured_winners() {
         // (K, N, M, k, MMA kernel faster), from the H200 grid run (µs, the
-        // faster kernel first).
+        // faster kernel first; M = 1, k = 4 from the H100 one).
         let cases = [
             (2048, 512, 1, 4, false),   // kv: 1.59 against 1.79
             (2048, 512, 4, 4, true),    // kv: 2.07 against 3.41
             (2048, 4096, 1, 2, true),   // Qwen3 q: 2.94 against 3.16
+            (2048, 4096, 1, 4, false),  // 3.08 against 3.38 (H100, 045020d)
             (2048, 4096, 1, 5, false),  // 3.78 against 4.80
             (2048, 4096, 4, 5, true),   // 5.09 against 7.07
             (2048, 10240, 1, 4, true),  // GLM shared: 6.76 against 7.34
