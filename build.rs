@@ -89,10 +89,12 @@ fn split_sm90a(ptx: &str) -> (String, String) {
 /// with the previous one; capped, no spills: three-row `q`, `o`, `down`
 /// −8 to −10 %), and so, since the one-row k = 4 blocks are folded
 /// (`kbit_format::gemv_slots::folds`), are the grouped pairs three-row
-/// k = 4 instance (70 on sm_90) and the grouped one-row k = 4 instance (67
-/// on sm_90) — the latter at 63: capped at 64, ptxas spills it on sm_89
-/// (8 bytes of stack), where it takes 60 uncapped; at 63 neither spills,
-/// and 63 and 64 registers hold the same blocks. So is the one-row two-team k = 2 instance (72 on sm_90),
+/// k = 4 instance (70 on sm_90; capped, `moe_dn` ×8 at max_m = 3 ran
+/// 4.8 % slower than before the fold, the uncapped form unmeasured) and
+/// the grouped one-row k = 4 instance (67 on sm_90), the latter at 63:
+/// capped at 64, ptxas spills it on sm_89 (8 bytes of stack), where it
+/// takes 60 uncapped; at 63 neither spills, and 63 and 64 registers hold
+/// the same blocks. So is the one-row two-team k = 2 instance (72 on sm_90),
 /// whose 1024 threads need 64 (pair sums: two teams share one block's
 /// tables on Llama-3-8B). Other instances a little over 64 spill when
 /// capped. The two-team direct-load instances carry their launch size

@@ -54,9 +54,10 @@
 //! of the tile, for instruction-level parallelism). At the end the `S` slot
 //! partials of each (row, column) go through shared memory and one thread
 //! adds them in slot order. The order is fixed by `S`, which the host
-//! derives from the shape alone (`kbit_format::gemv_slots::slots`), so results
-//! are identical run to run and the grouped kernel matches the dense one bit
-//! for bit. No atomics, no cross-block traffic.
+//! derives from the shape alone (`kbit_format::gemv_slots::slots`), and by
+//! whether the problem has one row (`kbit_format::gemv_slots::folds`), so
+//! results are identical run to run and the grouped kernel matches the
+//! dense one bit for bit. No atomics, no cross-block traffic.
 //!
 //! # Grouped
 //!
