@@ -221,10 +221,10 @@ const RATIO: [[[[i8; 12]; 7]; 4]; 4] = [
 ];
 
 /// Shapes measured off the grid, which take their own ratios: `(K, N,
-/// [M − 1][k − 2])`, from the run beside the grid's
-/// (`…-40c5405.json`; M = 1, k = 4 from `…-045020d-m1-4.json`). Qwen3 gate/up and down lie between grid
-/// points where the GEMV's plan changes step (gate/up's 16 K slots per
-/// column against 8 at N = 6144).
+/// [M − 1][k − 2])`, from the run beside the grid's (`…-40c5405.json`;
+/// M = 1, k = 4 from `…-045020d-m1-4.json`). Qwen3 gate/up and down lie
+/// between grid points where the GEMV's plan changes step (gate/up's 16
+/// K slots per column against 8 at N = 6144).
 #[rustfmt::skip]
 const MEASURED: [(usize, usize, [[i8; 4]; 4]); 2] = [
     (2048, 5120, [[-24, -10, -11, 18], [-33, -30, -26, 4], [-59, -50, -47, -16], [-72, -66, -62, -32]]), // Qwen3 gate/up

@@ -306,8 +306,8 @@ unsafe fn fma_block<const M: usize, const K: usize>(
                 acc[t][r] = ptx::fma_rn_f32(d[t][r], scale, acc[t][r]);
             }
         }
-    } else if K == 4 && one_row {
-        // Row 0's unscaled even and odd sums (the table in the layout of
+    } else if K <= 4 && one_row && gs::folds(K as u32, 1) {
+        // (k = 4.) Row 0's unscaled even and odd sums (the table in the layout of
         // M rows, the staged row 0 at `xs`), both scaled into `acc[0][0]`.
         let w = lookup_words::<K, M>(planes, copy);
         let mut d = [0f32; 2];
@@ -1058,7 +1058,8 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     // with one row is summed as the dense one-row call sums it
     // ([`fma_block`]), at k = 4 one column after the other.
     let one_row = M == 1 || rows == 1;
-    if M >= 2 && K <= 4 && !(K == 4 && one_row) {
+    let folded_one_row = K != 2 && one_row && gs::folds(K as u32, 1);
+    if M >= 2 && K <= 4 && !folded_one_row {
         // Both columns over each staged activation octet.
         unsafe { fma_tile_pair::<M, K>(&ta, &tb, base, copy, at_x, &mut acc_a, &mut acc_b) };
     } else {
