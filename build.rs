@@ -107,7 +107,6 @@ fn launch_bounds(entry: &str) -> Option<&'static str> {
         Some(".maxnreg 60\n")
     } else if entry.starts_with("kbit_gemv_slots_m1_k4_")
         || entry.starts_with("kbit_gemv_slots_m3_k4_")
-        || entry.starts_with("kbit_grouped_gemv_pairs_m3_k4_")
         || entry.starts_with("kbit_gemv_teams_m1_k2_")
         || entry.starts_with("kbit_gemv_m1_k4_")
     {

@@ -1064,9 +1064,13 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
         unsafe { fma_tile_pair::<M, K>(&ta, &tb, base, copy, at_x, &mut acc_a, &mut acc_b) };
     } else {
         unsafe { fma_tile::<M, K>(&ta, base, copy, at_x, &mut acc_a, one_row) };
-        // One tile at a time: interleaved, the two took up to twice the
-        // registers.
-        ptx::syncwarp();
+        // One tile at a time where interleaving them costs registers (up to
+        // twice as many; at M = 1, k = 2, 3: 96-100). At M = 1, k = 4, 5
+        // ptxas may interleave them: both read the same staged tile, so
+        // its activation loads serve both columns, in 54-56 registers.
+        if M != 1 || K <= 3 {
+            ptx::syncwarp();
+        }
         unsafe { fma_tile::<M, K>(&tb, base, copy, at_x, &mut acc_b, one_row) };
     }
     let at = Columns { xs, first_col, n_dim, log_span: geo.log_cols + 1, slots: geo.slots() };
