@@ -90,7 +90,7 @@ fn split_sm90a(ptx: &str) -> (String, String) {
 /// −8 to −10 %), and so, since the one-row k = 4 blocks are folded
 /// (`kbit_format::gemv_slots::folds`), are the grouped pairs three-row
 /// k = 4 instance (70 on sm_90; capped, `moe_dn` ×8 at max_m = 3 ran
-/// 4.8 % slower than before the fold, the uncapped form unmeasured) and
+/// 4.8 % slower than before the fold, uncapped 6–7 % slower still) and
 /// the grouped one-row k = 4 instance (67 on sm_90), the latter at 63:
 /// capped at 64, ptxas spills it on sm_89 (8 bytes of stack), where it
 /// takes 60 uncapped; at 63 neither spills, and 63 and 64 registers hold
@@ -107,6 +107,7 @@ fn launch_bounds(entry: &str) -> Option<&'static str> {
         Some(".maxnreg 60\n")
     } else if entry.starts_with("kbit_gemv_slots_m1_k4_")
         || entry.starts_with("kbit_gemv_slots_m3_k4_")
+        || entry.starts_with("kbit_grouped_gemv_pairs_m3_k4_")
         || entry.starts_with("kbit_gemv_teams_m1_k2_")
         || entry.starts_with("kbit_gemv_m1_k4_")
     {

@@ -1064,11 +1064,11 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
         unsafe { fma_tile_pair::<M, K>(&ta, &tb, base, copy, at_x, &mut acc_a, &mut acc_b) };
     } else {
         unsafe { fma_tile::<M, K>(&ta, base, copy, at_x, &mut acc_a, one_row) };
-        // One tile at a time where interleaving them costs registers (up to
-        // twice as many; at M = 1, k = 2, 3: 96-100). At M = 1, k = 4, 5
-        // ptxas may interleave them: both read the same staged tile, so
-        // its activation loads serve both columns, in 54-56 registers.
-        if M != 1 || K <= 3 {
+        // One tile at a time, but at M = 1, k = 4: interleaved, the two
+        // took up to twice the registers (M = 1, k = 2, 3: 96-100), and
+        // k = 5 ran slower. At M = 1, k = 4 ptxas interleaves them in 54
+        // registers and loads each staged activation octet once for both.
+        if M != 1 || K != 4 {
             ptx::syncwarp();
         }
         unsafe { fma_tile::<M, K>(&tb, base, copy, at_x, &mut acc_b, one_row) };
