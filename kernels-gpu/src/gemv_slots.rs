@@ -1064,10 +1064,11 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
         unsafe { fma_tile_pair::<M, K>(&ta, &tb, base, copy, at_x, &mut acc_a, &mut acc_b) };
     } else {
         unsafe { fma_tile::<M, K>(&ta, base, copy, at_x, &mut acc_a, one_row) };
-        // One tile at a time, but at M = 1, k = 4: interleaved, the two
-        // took up to twice the registers (M = 1, k = 2, 3: 96-100), and
-        // k = 5 ran slower. At M = 1, k = 4 ptxas interleaves them in 54
-        // registers and loads each staged activation octet once for both.
+        // One tile at a time (a warp barrier between them), except at
+        // M = 1, k = 4. Left free, ptxas interleaves the two: at M = 1,
+        // k = 4 in 54 registers, each staged activation octet loaded once
+        // for both columns; at M = 1, k = 2, 3 in 96-100 registers, at
+        // k = 5 slower, with more rows in up to twice the registers.
         if M != 1 || K != 4 {
             ptx::syncwarp();
         }
