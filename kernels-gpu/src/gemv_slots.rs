@@ -1062,13 +1062,26 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     if M >= 2 && K <= 4 && !folded_one_row {
         // Both columns over each staged activation octet.
         unsafe { fma_tile_pair::<M, K>(&ta, &tb, base, copy, at_x, &mut acc_a, &mut acc_b) };
+    } else if M == 1 && K <= 3 {
+        // The two columns' block 0, a warp barrier, then their block 1:
+        // each staged activation octet is loaded once for both columns in
+        // 56-63 registers (both tiles left free take 96-100). Each column
+        // still sums block 0, then block 1.
+        let (sa, sb) = (ta.scales, tb.scales);
+        unsafe {
+            fma_block::<M, K>(&ta.planes[0], sa & 0xFF, base, copy, at_x, &mut acc_a, true);
+            fma_block::<M, K>(&tb.planes[0], sb & 0xFF, base, copy, at_x, &mut acc_b, true);
+            ptx::syncwarp();
+            fma_block::<M, K>(&ta.planes[1], (sa >> 8) & 0xFF, base, copy, at_x + 4 * 32, &mut acc_a, true);
+            fma_block::<M, K>(&tb.planes[1], (sb >> 8) & 0xFF, base, copy, at_x + 4 * 32, &mut acc_b, true);
+        }
     } else {
         unsafe { fma_tile::<M, K>(&ta, base, copy, at_x, &mut acc_a, one_row) };
         // One tile at a time (a warp barrier between them), except at
         // M = 1, k = 4. Left free, ptxas interleaves the two: at M = 1,
         // k = 4 in 54 registers, each staged activation octet loaded once
-        // for both columns; at M = 1, k = 2, 3 in 96-100 registers, at
-        // k = 5 slower, with more rows in up to twice the registers.
+        // for both columns; at k = 5 slower, with more rows in up to
+        // twice the registers.
         if M != 1 || K != 4 {
             ptx::syncwarp();
         }
