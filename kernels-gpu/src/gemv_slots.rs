@@ -1066,7 +1066,11 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
         // The two columns' block 0, a warp barrier, then their block 1:
         // each staged activation octet is loaded once for both columns in
         // 56-63 registers (both tiles left free take 96-100). Each column
-        // still sums block 0, then block 1.
+        // still sums block 0, then block 1. H100, 8 experts: k = 2
+        // -10 to -13 %, k = 3 -2 %. At k = 4, 5 this form takes 69 and 72
+        // registers, one block per SM (+16 to +19 %; k = 4 held to 64:
+        // +7 to +8 %, at 64 experts -1 to 0 %), so k = 4 keeps the free
+        // interleave below and k = 5 the barrier.
         let (sa, sb) = (ta.scales, tb.scales);
         unsafe {
             fma_block::<M, K>(&ta.planes[0], sa & 0xFF, base, copy, at_x, &mut acc_a, true);
