@@ -331,6 +331,15 @@ impl SlotPlan {
         let s = gs::slots(shape.n, shape.k);
         let lo = (32 / s).max(1);
         let hi = (max_threads.min(gs::MAX_THREADS) / s).max(lo);
+        // A grouped call of four rows at k ≤ 4 whose slots own one K tile
+        // each takes blocks of half the columns where those still hold a
+        // warp of columns: twice the blocks, two per SM at 8 experts.
+        // H100, µs, `moe_dn` ×8 (2048 × 512, 8 slots, 64 → 32 columns),
+        // k = 2 / 3 / 4: 4.69 / 5.14 / 5.46 → 4.53 / 4.80 / 5.04. At one to
+        // three rows and at k = 5 the narrower blocks lost 3–15 %, and
+        // `moe_gu` ×8 (32 slots, 16 → 8 columns) lost at every M.
+        let one_tile = s as usize >= kbit_format::tile::k_tiles(shape.k);
+        let hi = if units > 1 && m == 4 && bits <= 4 && one_tile && hi >= 64 { hi / 2 } else { hi };
         // A dense block stages all M rows of the activations: at M ≥ 2 on
         // long K, fewer, wider blocks (each block's share of the GPU times
         // M). Short K stages little and wants the blocks (H100, µs, M = 2 /
@@ -904,8 +913,9 @@ mod tests {
     }
 
     /// The MoE shapes over 8 or 64 experts take two column groups per
-    /// block, which brings 8 experts to one block per SM; dense calls and a
-    /// single expert never do.
+    /// block, which brings 8 experts to one block per SM (two for `moe_dn`
+    /// at four rows, k ≤ 4: [`grouped_four_row_plans_halve_wide_blocks`]);
+    /// dense calls and a single expert never do.
     #[test]
     fn grouped_slot_plans_pair_columns() {
         for (n, k) in [(512, 2048), (2048, 512)] {
@@ -913,13 +923,32 @@ mod tests {
             for m in 1..=GEMV_MAX_M {
                 let p = SlotPlan::new(shape, 4, m, 132, 8, 512);
                 assert_eq!(p.geometry.reps(), 2, "{n}x{k} m={m}: {p:?}");
-                assert!(8 * p.col_blocks <= 132, "{n}x{k} m={m}: {p:?}");
+                let per_sm = if n == 2048 && m == 4 { 2 } else { 1 };
+                assert!(8 * p.col_blocks <= per_sm * 132, "{n}x{k} m={m}: {p:?}");
                 assert_eq!(SlotPlan::new(shape, 4, m, 132, 64, 512).geometry.reps(), 2);
                 assert_eq!(SlotPlan::new(shape, 4, m, 132, 1, 512).geometry.reps(), 1);
             }
         }
         // Slots that own two K tiles (q: 2048x4096, 16 slots of 32 tiles) keep one group.
         assert_eq!(SlotPlan::new(Shape::new(4096, 2048).unwrap(), 4, 1, 132, 8, 512).geometry.reps(), 1);
+    }
+
+    /// Four rows at k ≤ 4 on `moe_dn` (64 columns of 8 slots) take blocks
+    /// of half the columns; other row counts, k = 5, `moe_gu` (16 columns)
+    /// and dense calls keep the widest.
+    #[test]
+    fn grouped_four_row_plans_halve_wide_blocks() {
+        let (dn, gu) = (Shape::new(2048, 512).unwrap(), Shape::new(512, 2048).unwrap());
+        for bits in 2..=5 {
+            for m in 1..=GEMV_MAX_M {
+                let p = SlotPlan::new(dn, bits, m, 132, 8, 512);
+                let cols = if m == 4 && bits <= 4 { 32 } else { 64 };
+                assert_eq!((p.geometry.cols(), p.geometry.reps()), (cols, 2), "k={bits} m={m}: {p:?}");
+                assert_eq!(p.col_blocks as usize, 2048 / (2 * cols as usize));
+                assert_eq!(SlotPlan::new(gu, bits, m, 132, 8, 512).geometry.cols(), 16, "k={bits} m={m}");
+                assert_eq!(SlotPlan::new(dn, bits, m, 132, 1, 512).geometry.reps(), 1);
+            }
+        }
     }
 
     #[test]
