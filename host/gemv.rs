@@ -334,7 +334,7 @@ impl SlotPlan {
         // A grouped call of four rows at k ≤ 4 whose slots own one K tile
         // each takes blocks of half the columns where those still hold a
         // warp of columns: twice the blocks, two per SM at 8 experts.
-        // H100, µs, `moe_dn` ×8 (2048 × 512, 8 slots, 64 → 32 columns),
+        // H100, µs, `moe_dn` ×8 (K = 512 → N = 2048, 8 slots, 64 → 32 columns),
         // k = 2 / 3 / 4: 4.69 / 5.14 / 5.46 → 4.53 / 4.80 / 5.04. At one to
         // three rows and at k = 5 the narrower blocks lost 3–15 %, and
         // `moe_gu` ×8 (32 slots, 16 → 8 columns) lost at every M.
@@ -934,8 +934,8 @@ mod tests {
     }
 
     /// Four rows at k ≤ 4 on `moe_dn` (64 columns of 8 slots) take blocks
-    /// of half the columns; other row counts, k = 5, `moe_gu` (16 columns)
-    /// and dense calls keep the widest.
+    /// of half the columns; other row counts, k = 5 and `moe_gu` (16
+    /// columns) keep the widest, and a dense call one column group.
     #[test]
     fn grouped_four_row_plans_halve_wide_blocks() {
         let (dn, gu) = (Shape::new(2048, 512).unwrap(), Shape::new(512, 2048).unwrap());
