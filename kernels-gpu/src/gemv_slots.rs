@@ -100,6 +100,12 @@ struct Tile<const K: usize> {
 
 impl<const K: usize> Tile<K> {
     const ZERO: Self = Self { planes: [[0; K]; 2], scales: 0 };
+
+    /// Block `h` (0 or 1): its planes and its scale byte.
+    #[inline(always)]
+    fn block(&self, h: usize) -> (&[u32; K], u32) {
+        (&self.planes[h], (self.scales >> (8 * h)) & 0xFF)
+    }
 }
 
 /// Where the next tile of a thread's column lies: the matrix's words and
@@ -249,9 +255,28 @@ unsafe fn fma_tile<const M: usize, const K: usize>(
     one_row: bool,
 ) {
     unsafe {
-        fma_block::<M, K>(&t.planes[0], t.scales & 0xFF, table, copy, xs, acc, one_row);
-        fma_block::<M, K>(&t.planes[1], (t.scales >> 8) & 0xFF, table, copy, xs + 4 * 32, acc, one_row);
+        fma_half::<M, K>(t, 0, table, copy, xs, acc, one_row);
+        fma_half::<M, K>(t, 1, table, copy, xs, acc, one_row);
     }
+}
+
+/// [`fma_block`] for block `h` (0 or 1) of a tile ([`Tile::block`]),
+/// whose 32 staged activations lie `32h` floats past the tile's `xs`.
+///
+/// # Safety
+/// As [`fma_block`].
+#[inline(always)]
+unsafe fn fma_half<const M: usize, const K: usize>(
+    t: &Tile<K>,
+    h: usize,
+    table: u32,
+    copy: u32,
+    xs: u32,
+    acc: &mut [[f32; M]; 2],
+    one_row: bool,
+) {
+    let (planes, scale) = t.block(h);
+    unsafe { fma_block::<M, K>(planes, scale, table, copy, xs + 4 * 32 * h as u32, acc, one_row) };
 }
 
 /// Accumulates one 32-value block (planes, E4M4 scale byte) whose staged
@@ -381,10 +406,8 @@ unsafe fn fma_tile_pair<const M: usize, const K: usize>(
     acc_b: &mut [[f32; M]; 2],
 ) {
     unsafe {
-        let (a, b) = ((&ta.planes[0], ta.scales & 0xFF), (&tb.planes[0], tb.scales & 0xFF));
-        fma_block_pair::<M, K>(a, b, table, copy, xs, acc_a, acc_b);
-        let (a, b) = ((&ta.planes[1], (ta.scales >> 8) & 0xFF), (&tb.planes[1], (tb.scales >> 8) & 0xFF));
-        fma_block_pair::<M, K>(a, b, table, copy, xs + 4 * 32, acc_a, acc_b);
+        fma_block_pair::<M, K>(ta.block(0), tb.block(0), table, copy, xs, acc_a, acc_b);
+        fma_block_pair::<M, K>(ta.block(1), tb.block(1), table, copy, xs + 4 * 32, acc_a, acc_b);
     }
 }
 
@@ -1071,13 +1094,12 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
         // registers, one block per SM (+16 to +19 %; k = 4 held to 64:
         // +7 to +8 %, at 64 experts -1 to 0 %), so k = 4 keeps the free
         // interleave below and k = 5 the barrier.
-        let (sa, sb) = (ta.scales, tb.scales);
         unsafe {
-            fma_block::<M, K>(&ta.planes[0], sa & 0xFF, base, copy, at_x, &mut acc_a, true);
-            fma_block::<M, K>(&tb.planes[0], sb & 0xFF, base, copy, at_x, &mut acc_b, true);
+            fma_half::<M, K>(&ta, 0, base, copy, at_x, &mut acc_a, one_row);
+            fma_half::<M, K>(&tb, 0, base, copy, at_x, &mut acc_b, one_row);
             ptx::syncwarp();
-            fma_block::<M, K>(&ta.planes[1], (sa >> 8) & 0xFF, base, copy, at_x + 4 * 32, &mut acc_a, true);
-            fma_block::<M, K>(&tb.planes[1], (sb >> 8) & 0xFF, base, copy, at_x + 4 * 32, &mut acc_b, true);
+            fma_half::<M, K>(&ta, 1, base, copy, at_x, &mut acc_a, one_row);
+            fma_half::<M, K>(&tb, 1, base, copy, at_x, &mut acc_b, one_row);
         }
     } else {
         unsafe { fma_tile::<M, K>(&ta, base, copy, at_x, &mut acc_a, one_row) };
