@@ -255,28 +255,9 @@ unsafe fn fma_tile<const M: usize, const K: usize>(
     one_row: bool,
 ) {
     unsafe {
-        fma_half::<M, K>(t, 0, table, copy, xs, acc, one_row);
-        fma_half::<M, K>(t, 1, table, copy, xs, acc, one_row);
+        fma_block::<M, K>(t.block(0), table, copy, xs, acc, one_row);
+        fma_block::<M, K>(t.block(1), table, copy, xs + 4 * 32, acc, one_row);
     }
-}
-
-/// [`fma_block`] for block `h` (0 or 1) of a tile ([`Tile::block`]),
-/// whose 32 staged activations lie `32h` floats past the tile's `xs`.
-///
-/// # Safety
-/// As [`fma_block`].
-#[inline(always)]
-unsafe fn fma_half<const M: usize, const K: usize>(
-    t: &Tile<K>,
-    h: usize,
-    table: u32,
-    copy: u32,
-    xs: u32,
-    acc: &mut [[f32; M]; 2],
-    one_row: bool,
-) {
-    let (planes, scale) = t.block(h);
-    unsafe { fma_block::<M, K>(planes, scale, table, copy, xs + 4 * 32 * h as u32, acc, one_row) };
 }
 
 /// Accumulates one 32-value block (planes, E4M4 scale byte) whose staged
@@ -297,8 +278,7 @@ unsafe fn fma_half<const M: usize, const K: usize>(
 /// The table and the block's activations are staged and published.
 #[inline(always)]
 unsafe fn fma_block<const M: usize, const K: usize>(
-    planes: &[u32; K],
-    scale: u32,
+    (planes, scale): (&[u32; K], u32),
     table: u32,
     copy: u32,
     xs: u32,
@@ -1095,11 +1075,11 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
         // +7 to +8 %, at 64 experts -1 to 0 %), so k = 4 keeps the free
         // interleave below and k = 5 the barrier.
         unsafe {
-            fma_half::<M, K>(&ta, 0, base, copy, at_x, &mut acc_a, one_row);
-            fma_half::<M, K>(&tb, 0, base, copy, at_x, &mut acc_b, one_row);
+            fma_block::<M, K>(ta.block(0), base, copy, at_x, &mut acc_a, one_row);
+            fma_block::<M, K>(tb.block(0), base, copy, at_x, &mut acc_b, one_row);
             ptx::syncwarp();
-            fma_half::<M, K>(&ta, 1, base, copy, at_x, &mut acc_a, one_row);
-            fma_half::<M, K>(&tb, 1, base, copy, at_x, &mut acc_b, one_row);
+            fma_block::<M, K>(ta.block(1), base, copy, at_x + 4 * 32, &mut acc_a, one_row);
+            fma_block::<M, K>(tb.block(1), base, copy, at_x + 4 * 32, &mut acc_b, one_row);
         }
     } else {
         unsafe { fma_tile::<M, K>(&ta, base, copy, at_x, &mut acc_a, one_row) };
