@@ -14,3 +14,5 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 KBIT_REQUIRE_PTXAS=1 cargo test --workspace --all-targets
 cargo test --workspace --doc
+echo "== PTX independent of the checkout path"
+bash scripts/ptx-paths.sh

@@ -836,6 +836,7 @@ unsafe fn issue<const K: usize, const MB: usize, const NF: usize, const X2: bool
 /// `len..kt` are free.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)] // one thread's grid position, spelled out
+#[allow(unused_assignments)] // the last unrolled round advances `at` for nothing
 unsafe fn copy_grid(
     kt_max: u32,
     src: *const u8,

@@ -59,7 +59,6 @@
 //! Each weight is `T(T(cb) · T(amax))` and the products are summed in f32
 //! on the tensor cores, as in the other tensor-core kernels.
 
-use crate::elem::Elem;
 use crate::fragment::{self, MmaElem, PAIRS};
 use crate::mma::unrolled;
 use crate::ptx;

@@ -57,7 +57,6 @@
 //! offsets, which earlier kernels write, so its weights follow the wait.
 //! An expert's result is bit-identical to the dense kernel's on it alone.
 
-use crate::elem::Elem;
 use crate::fragment::{self, MmaElem, PAIRS};
 use crate::mma::unrolled;
 use crate::ptx;

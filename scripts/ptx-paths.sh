@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Checks that the kernels compile to the same PTX whatever the checkout's
+# path: builds `kernels-gpu` (with `format`) once more from a copy at a path
+# of another length, as build.rs does, and compares the PTX with the one in
+# target/nvptx-kernels (run after a build of this checkout).
+#
+# Why it can differ: cargo hashes a path dependency that lies outside the
+# building workspace by its absolute path, the hash enters the symbol names
+# of the generic code instantiated from it, and LLVM's order of work (so
+# the instruction order of some kernels) follows the names. Through the
+# link kernels-gpu/format the dependency lies inside the kernel workspace
+# and is hashed by its relative path.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+target=${CARGO_TARGET_DIR:-$root/target}
+ptx=$target/nvptx-kernels/nvptx64-nvidia-cuda/release/kbit_kernels_gpu.ptx
+[ -f "$ptx" ] || { echo "ptx-paths: $ptx is missing: build first (cargo build --release)" >&2; exit 2; }
+cpu=$(sed -n 's/^const TARGET_CPU: &str = "\(.*\)";$/\1/p' build.rs)
+[ -n "$cpu" ] || { echo "ptx-paths: TARGET_CPU not found in build.rs" >&2; exit 2; }
+
+copy=$(mktemp -d "${TMPDIR:-/tmp}/kbit-ptx-path-check-XXXXXXXXXXXX")
+trap 'rm -rf "$copy"' EXIT
+# Tracked files only (kernels-gpu/format is the link itself), and the
+# pinned toolchain.
+git ls-files -z kernels-gpu format rust-toolchain.toml | tar -cf - --null -T - | tar -xf - -C "$copy"
+(
+  cd "$copy/kernels-gpu"
+  env -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS -u CARGO_TARGET_DIR -u RUSTC_WRAPPER \
+    RUSTFLAGS="-C target-cpu=$cpu" \
+    cargo build --release --quiet -Zbuild-std=core --target nvptx64-nvidia-cuda --target-dir "$copy/target"
+)
+if cmp -s "$ptx" "$copy/target/nvptx64-nvidia-cuda/release/kbit_kernels_gpu.ptx"; then
+  echo "ptx-paths: the PTX built at $copy is byte-identical to $ptx"
+else
+  echo "ptx-paths: the PTX depends on the checkout path ($root vs $copy)" >&2
+  exit 1
+fi
