@@ -278,7 +278,8 @@ impl Context {
     /// Waits for all enqueued work, then reports (and clears) data errors
     /// that kernels found since the last check: [`Error::NonFinite`] from a
     /// quantize, [`Error::ScaleRange`] from a repack, [`Error::ExpertRows`]
-    /// from an `expert_linear` whose `max_m` was too small.
+    /// from an `expert_linear`, `grouped_gemv` or `grouped_mma` whose `max_m`
+    /// was too small.
     ///
     /// ```no_run
     /// # let ctx = kbit::Context::new(0)?;

@@ -18,6 +18,7 @@
 //! results are deterministic and the grouped kernel reproduces the dense one
 //! bit for bit. Geometry, staging chunk and ring depth are planned here.
 
+use crate::context::STATUS_EXPERT_ROWS;
 use crate::device::dptr;
 use crate::launch::{self, args};
 use crate::module::names;
@@ -651,7 +652,9 @@ impl Context {
     ///   does not synchronize, allocates nothing, and can be captured in a
     ///   CUDA graph. Experts with 0 rows are legal and cost almost nothing.
     /// - `max_m` (1..=4): at least the largest expert's row count; it sizes
-    ///   the launch. Rows of an expert past `max_m` are not computed.
+    ///   the launch. Rows of an expert past `max_m` are not computed, and
+    ///   [`Context::synchronize`] reports the first such expert
+    ///   ([`Error::ExpertRows`]).
     /// - `y`: `[total_rows, N]`.
     ///
     /// Offsets that break the contract give unspecified results in `y` but
@@ -727,7 +730,8 @@ impl Context {
             block_dim: (launch.threads, 1, 1),
             shared_mem_bytes: launch.smem_bytes,
         };
-        let mut a = args![pp, sp, cp, xp, yp, op, ne, rows, n, k, geom, cbs];
+        let status = self.status_ptr(STATUS_EXPERT_ROWS);
+        let mut a = args![pp, sp, cp, xp, yp, op, ne, rows, status, n, k, geom, cbs];
         let programmatic = self.programmatic_now(&mut cfg, launch.resident);
         unsafe { launch::launch(s, f, cfg, programmatic, &mut a) }
     }

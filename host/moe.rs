@@ -27,7 +27,7 @@
 //! device and `max_m` (≥ every expert's rows) sizes the launches, so a call
 //! never waits for the GPU and can be captured in a CUDA graph. An expert
 //! with more rows than `max_m` is reported by [`Context::synchronize`]
-//! ([`Error::ExpertRows`]) on the tensor-core and cuBLAS paths.
+//! ([`Error::ExpertRows`]) on every path.
 
 use crate::context::STATUS_EXPERT_ROWS;
 use crate::cublas_gemm::RowMajorGemm;

@@ -1049,16 +1049,20 @@ pub(crate) unsafe fn expert_of_row(offsets: *const u32, num_experts: u32, row: u
 /// experts than rows a unit is an expert (its rows, if any); otherwise a
 /// unit is a row, and the unit of an expert's first row works for it. So
 /// every expert with rows is computed by exactly one unit, and the grid
-/// never has more units than there are experts or rows.
+/// never has more units than there are experts or rows. An expert with
+/// more than `max_m` rows (whose rows past `max_m` are not computed) is
+/// recorded in the global word `status` (the smallest such expert wins),
+/// as the tensor-core kernels record it.
 ///
 /// # Safety
-/// `offsets` holds `num_experts + 1` values; all threads of the block call
-/// it.
+/// `offsets` holds `num_experts + 1` values; `status` is a global word; all
+/// threads of the block call it.
 #[inline(always)]
 pub(crate) unsafe fn grouped_unit(
     offsets: *const u32,
     num_experts: u32,
     total_rows: u32,
+    status: *mut u32,
     max_m: u32,
     unit: u32,
 ) -> Option<(u32, u32, u32)> {
@@ -1079,7 +1083,11 @@ pub(crate) unsafe fn grouped_unit(
     if e >= num_experts || start >= total_rows {
         return None;
     }
-    let rows = end.saturating_sub(start).min(max_m).min(total_rows - start);
+    let all = end.saturating_sub(start);
+    if all > max_m && ptx::tid() == 0 {
+        unsafe { ptx::red_min_u32(status, e) };
+    }
+    let rows = all.min(max_m).min(total_rows - start);
     if rows == 0 { None } else { Some((e, start, rows)) }
 }
 
@@ -1106,6 +1114,7 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     offsets: *const u32,
     num_experts: u32,
     total_rows: u32,
+    status: *mut u32,
     n_dim: u32,
     k_dim: u32,
     geom: u32,
@@ -1117,7 +1126,8 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     let Some(col_blocks) = NonZeroU32::new(col_blocks) else { return };
     let b = ptx::bid();
     let col_block = b % col_blocks;
-    let Some((e, row, rows)) = (unsafe { grouped_unit(offsets, num_experts, total_rows, M as u32, b / col_blocks) })
+    let Some((e, row, rows)) =
+        (unsafe { grouped_unit(offsets, num_experts, total_rows, status, M as u32, b / col_blocks) })
     else {
         return;
     };
@@ -1151,12 +1161,12 @@ macro_rules! gemv_entries {
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $grouped(
             packed: *const u32, scales: *const u8, cb: *const f32, x: *const u16, y: *mut u16,
-            offsets: *const u32, num_experts: u32, total_rows: u32, n_dim: u32, k_dim: u32, geom: u32,
-            col_blocks: u32,
+            offsets: *const u32, num_experts: u32, total_rows: u32, status: *mut u32, n_dim: u32, k_dim: u32,
+            geom: u32, col_blocks: u32,
         ) {
             unsafe {
                 grouped::<$m, $k, $t>(
-                    packed, scales, cb, x, y, offsets, num_experts, total_rows, n_dim, k_dim, geom, col_blocks,
+                    packed, scales, cb, x, y, offsets, num_experts, total_rows, status, n_dim, k_dim, geom, col_blocks,
                 )
             }
         }

@@ -880,6 +880,7 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>, const 
     offsets: *const u32,
     num_experts: u32,
     total_rows: u32,
+    status: *mut u32,
     n_dim: u32,
     k_dim: u32,
     geom: u32,
@@ -905,7 +906,7 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>, const 
     let unit = b / col_blocks;
     if PAIRS {
         let m = Matrices { packed, scales, words, bytes };
-        let rows = Rows { x, y, offsets, num_experts, total_rows };
+        let rows = Rows { x, y, offsets, num_experts, total_rows, status };
         return unsafe { pair::<M, K, T>(&m, cb, &rows, n_dim, k_dim, geom, col_block, unit) };
     }
     if num_experts <= total_rows && unit < num_experts && b < 2 * ptx::sm_id_bound() {
@@ -914,7 +915,8 @@ pub unsafe fn grouped<const M: usize, const K: usize, T: Elem<Raw = u16>, const 
         unsafe { prefetch_first_tiles::<K>(p, s, n_dim, k_dim, geom, col_block) };
     }
     ptx::after_producers();
-    let Some((e, row, rows)) = (unsafe { grouped_unit(offsets, num_experts, total_rows, M as u32, unit) }) else {
+    let Some((e, row, rows)) = (unsafe { grouped_unit(offsets, num_experts, total_rows, status, M as u32, unit) })
+    else {
         return;
     };
     let e = e as u64;
@@ -952,13 +954,15 @@ impl Matrices {
     }
 }
 
-/// The grouped call's activations, outputs and expert offsets.
+/// The grouped call's activations, outputs, expert offsets and status
+/// word.
 struct Rows {
     x: *const u16,
     y: *mut u16,
     offsets: *const u32,
     num_experts: u32,
     total_rows: u32,
+    status: *mut u32,
 }
 
 /// A grouped block of two column groups (`J = 2`, the host's choice for
@@ -1019,7 +1023,7 @@ unsafe fn pair<const M: usize, const K: usize, T: Elem<Raw = u16>>(
     ptx::after_producers();
     let xs = base + g::table_bytes(K as u32, M as u32);
     let x_of = |row: u32| io.x.wrapping_add((row as u64 * k_dim as u64) as usize);
-    let work = |unit| unsafe { grouped_unit(io.offsets, io.num_experts, io.total_rows, M as u32, unit) };
+    let work = |unit| unsafe { grouped_unit(io.offsets, io.num_experts, io.total_rows, io.status, M as u32, unit) };
     // With a unit per row (no fewer experts than rows) a working block's
     // first row is its unit: its activations are requested with the
     // offsets, not after them. Rows past the expert's own are staged too;
@@ -1117,6 +1121,7 @@ macro_rules! grouped_entry {
             offsets: *const u32,
             num_experts: u32,
             total_rows: u32,
+            status: *mut u32,
             n_dim: u32,
             k_dim: u32,
             geom: u32,
@@ -1132,6 +1137,7 @@ macro_rules! grouped_entry {
                     offsets,
                     num_experts,
                     total_rows,
+                    status,
                     n_dim,
                     k_dim,
                     geom,

@@ -660,18 +660,12 @@ pub unsafe fn run_grouped<const K: usize, const MB: usize, const NF: usize, T: M
     // read before the wait here (the body's second wait returns at once).
     ptx::after_producers();
     let unit = ptx::bid_y();
-    let Some((e, row, rows)) = (unsafe { crate::gemv::grouped_unit(offsets, num_experts, total_rows, a.m, unit) })
+    // (An expert with more rows than max_m is recorded in `status`.)
+    let Some((e, row, rows)) =
+        (unsafe { crate::gemv::grouped_unit(offsets, num_experts, total_rows, status, a.m, unit) })
     else {
         return;
     };
-    // An expert with more rows than max_m: the rows past it are not
-    // computed, and the lowest such expert is recorded for the host.
-    if ptx::bid() == 0
-        && ptx::tid() == 0
-        && unsafe { ptx::ld_nc_u32(offsets.add(e as usize + 1)) }.wrapping_sub(row) > a.m
-    {
-        unsafe { ptx::red_min_u32(status, e) };
-    }
     let (e, row, unit) = (e as u64, row as u64, unit as u64);
     let (n, k) = (a.n as u64, a.k as u64);
     let words = kbit_format::tile::words(a.n as usize, a.k as usize, K) as u64;

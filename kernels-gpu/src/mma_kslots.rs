@@ -320,20 +320,13 @@ unsafe fn body<const K: usize, const NF: usize, T: MmaElem, const X2: bool>(a: &
     ptx::after_producers();
     if let Some(g) = grouped {
         // The unit's expert and rows (block-uniform): none, and the block
-        // only lets its copies land before it leaves.
+        // only lets its copies land before it leaves. (An expert with more
+        // rows than max_m is recorded in `status`.)
         let Some((e, row, rows)) =
-            (unsafe { crate::gemv::grouped_unit(g.offsets, g.num_experts, g.total_rows, a.m, unit) })
+            (unsafe { crate::gemv::grouped_unit(g.offsets, g.num_experts, g.total_rows, g.status, a.m, unit) })
         else {
             return ptx::cp_async_wait::<0>();
         };
-        // An expert with more rows than max_m: the rows past it are not
-        // computed, and the lowest such expert is recorded for the host.
-        if ptx::bid() == 0
-            && tid == 0
-            && unsafe { ptx::ld_nc_u32(g.offsets.add(e as usize + 1)) }.wrapping_sub(row) > a.m
-        {
-            unsafe { ptx::red_min_u32(g.status, e) };
-        }
         if !early {
             a = expert_weights::<K>(&a, e);
         }
