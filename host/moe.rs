@@ -2,9 +2,9 @@
 //! its dispatch.
 //!
 //! ```text
-//! max_m = 1, or max_m = 2, 3 with < 32 experts with rows
+//! max_m = 1, or max_m = 2..4 (4: k ≥ 3) with < 32 experts with rows
 //!                  grouped scalar GEMV (kernel 4): one launch over all experts
-//!                  (max_m = 3, and 2 at k ≤ 4, with K ≥ 512 where kernel 5
+//!                  (max_m = 3, 4, and 2 at k ≤ 4, with K ≥ 512 where kernel 5
 //!                  runs its K-slot plan: kernel 5)
 //! max_m ≤ 64       grouped tensor-core GEMM (kernel 5): one launch over all experts
 //! max_m > 64       dequant + cuBLAS: grouped dequantize of the active experts
@@ -13,12 +13,13 @@
 //! ```
 //!
 //! The crossovers are measured (H100, 8 to 64 experts of 2048×512 and
-//! 512×2048, `bench-results/NOTES.md`): from max_m = 4 the tensor-core
-//! kernel takes less time over the two MoE matrices (k = 5 excepted); at
-//! max_m = 1 the GEMV does, and at max_m = 2, 3 while fewer than 32
-//! experts can have rows (`min(experts, total rows)`: the GEMV's time
-//! grows with the experts it reads, the tensor-core kernel's, latency-bound
-//! at 8 experts, much less);
+//! 512×2048, `bench-results/NOTES.md`): the tensor-core kernel's K-slot
+//! plan (one K tile per slot of a block, 2048×512) is ahead of the GEMV
+//! from max_m = 2 (k ≤ 4); without it (512×2048) the GEMV is, up to
+//! max_m = 4 (there from k = 3). At max_m = 1 the GEMV always is, and at
+//! max_m = 2..4 while fewer than 32 experts can have rows
+//! (`min(experts, total rows)`: the GEMV's time grows with the experts it
+//! reads, the tensor-core kernel's, latency-bound at 8 experts, much less);
 //! the tensor-core kernel beats dequant + cuBLAS up to 64 rows.
 //! Activations that are not 16-byte aligned, which the grouped kernels
 //! cannot read, take the cuBLAS path.
@@ -41,20 +42,19 @@ const GROUPED_SCALAR_MAX_M: usize = 4;
 /// grouped scalar GEMV, for fewer than [`GROUPED_MMA_AUTO_MIN_UNITS`]
 /// experts with rows and where the tensor-core kernel has no K-slot plan
 /// (which goes first at max_m = 3, 4, and 2 at k ≤ 4). H100, 8 experts of
-/// 512×2048 (K × N, `moe_dn`; tables of 0dc070b to 0391271, µs, GEMV
-/// against the tensor-core kernel):
-/// - max_m ≤ 2: every k (max_m = 2, k = 2 / 5: 3.82–3.85 / 4.45–4.51
-///   against 4.53–4.56 / 7.08–7.15);
-/// - max_m = 3 at k ≥ 3 (k = 3 / 5: 4.76–4.86 / 5.26–5.35 against
-///   5.15–5.21 / 7.05–7.15); k = 2 4.91–5.02 against 4.54–4.59;
-/// - max_m = 4 at k = 5 only: 5.76–5.95 against 7.05–7.15; k = 2 / 3 / 4
-///   5.48–5.58 / 5.33–5.42 / 6.10–6.20 against 4.54–4.59 / 5.16–5.21 /
-///   5.58–5.65.
+/// 512×2048 (K × N, `moe_dn`, which has no K-slot plan; µs, GEMV against
+/// the tensor-core kernel, medians of two rounds at 952ab85,
+/// `bench-results/nvidia-h100-80gb-hbm3-2026-12-07-952ab85-ab.md`):
+/// - max_m = 2: every k (k = 2 / 3 / 4 / 5: 3.49 / 3.58 / 3.82 / 4.38
+///   against 4.34 / 4.99 / 5.43 / 6.59);
+/// - max_m = 3: every k (4.24 / 4.05 / 4.50 / 4.96 against 4.33 / 4.98 /
+///   5.41 / 6.56);
+/// - max_m = 4 at k ≥ 3 (4.75 / 4.97 / 5.79 against 4.98 / 5.41 / 6.56,
+///   with the half-width blocks of `SlotPlan::new`); k = 2 4.47 against 4.33.
 fn grouped_gemv_preferred(max_m: usize, bits: u32) -> bool {
     match max_m {
-        1 | 2 => true,
-        3 => bits >= 3,
-        4 => bits == 5,
+        1..=3 => true,
+        4 => bits >= 3,
         _ => false,
     }
 }

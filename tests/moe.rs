@@ -116,17 +116,19 @@ fn expert_linear_dispatches_by_max_m_and_matches_reference() {
         assert!(bits != 3 || k < 512 || want == Kernel::GroupedMma, "k={bits} [{n}, {k}]: no K-slot plan");
         assert_eq!(check::<f16>(&ctx, &mut rng, &case, &tiny, 2), want, "k={bits} [{n}, {k}]");
         assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &tiny, 2), want, "k={bits} [{n}, {k}]");
-        // max_m = 4: the tensor-core kernel, but the GEMV at k = 5 where
+        // max_m = 4: the tensor-core kernel, but the GEMV at k ≥ 3 where
         // the tensor-core kernel has no K-slot plan.
         let small = [1, 3, 0, 2, 4, 1, 0, 4];
-        let want = if bits == 5 && !kslots(4, small.iter().sum()) { Kernel::GroupedScalar } else { Kernel::GroupedMma };
-        // (The case [2048, 512] at k = 5 takes that branch.)
+        let want = if bits >= 3 && !kslots(4, small.iter().sum()) { Kernel::GroupedScalar } else { Kernel::GroupedMma };
+        // (The cases [2048, 512] at k = 5 and [72, 96] at k = 3 take that
+        // branch.)
         assert!((bits, k) != (5, 512) || want == Kernel::GroupedScalar, "k={bits} [{n}, {k}]: a K-slot plan");
+        assert!((bits, k) != (3, 96) || want == Kernel::GroupedScalar, "k={bits} [{n}, {k}]: a K-slot plan");
         assert_eq!(check::<f16>(&ctx, &mut rng, &case, &small, 4), want, "k={bits} [{n}, {k}]");
         // max_m = 3: the tensor-core kernel where it runs its K-slot plan
-        // on K ≥ 512 and at k = 2, the GEMV elsewhere.
+        // on K ≥ 512, the GEMV elsewhere.
         let threes = [1, 3, 0, 2, 3, 1, 0, 3];
-        let want = if bits == 2 || kslots(3, threes.iter().sum()) { Kernel::GroupedMma } else { Kernel::GroupedScalar };
+        let want = if kslots(3, threes.iter().sum()) { Kernel::GroupedMma } else { Kernel::GroupedScalar };
         assert_eq!(check::<bf16>(&ctx, &mut rng, &case, &threes, 3), want, "k={bits} [{n}, {k}]");
         let large = [5, 9, 0, 2, 16, 1, 0, 7];
         assert_eq!(check::<f16>(&ctx, &mut rng, &case, &large, 16), Kernel::GroupedMma);
