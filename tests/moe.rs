@@ -201,15 +201,15 @@ fn expert_linear_edge_cases() {
     ctx.synchronize().unwrap();
     // The same on the GEMV's path (max_m ≤ 4), the first such expert, and
     // through `grouped_gemv` itself. Four experts, 3 + 4 + 0 + 1 rows.
-    let off = ctx.stream().clone_htod(&[0u32, 3, 7, 7, 8]).unwrap();
+    let off8 = ctx.stream().clone_htod(&[0u32, 3, 7, 7, 8]).unwrap();
     let (x8, mut y8) = (x.slice(..8 * 256), y.slice_mut(..8 * 64));
-    assert_eq!(ctx.expert_linear(&x8, &off, 2, &case.experts, &mut y8).unwrap(), Kernel::GroupedScalar);
+    assert_eq!(ctx.expert_linear(&x8, &off8, 2, &case.experts, &mut y8).unwrap(), Kernel::GroupedScalar);
     let e = ctx.synchronize().unwrap_err();
     assert!(matches!(e, Error::ExpertRows { expert: 0 }), "{e}");
-    ctx.grouped_gemv(&x8, &off, 3, &case.experts, &mut y8).unwrap();
+    ctx.grouped_gemv(&x8, &off8, 3, &case.experts, &mut y8).unwrap();
     let e = ctx.synchronize().unwrap_err();
     assert!(matches!(e, Error::ExpertRows { expert: 1 }), "{e}");
-    ctx.grouped_gemv(&x8, &off, 4, &case.experts, &mut y8).unwrap();
+    ctx.grouped_gemv(&x8, &off8, 4, &case.experts, &mut y8).unwrap();
     ctx.synchronize().unwrap();
     // Argument errors.
     let bad_off = ctx.stream().clone_htod(&[0u32, 12]).unwrap();

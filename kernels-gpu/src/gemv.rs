@@ -1083,8 +1083,10 @@ pub(crate) unsafe fn grouped_unit(
     if e >= num_experts || start >= total_rows {
         return None;
     }
+    // (Block-uniform: every warp records it, so no thread waits at a
+    // divergent branch in the common case.)
     let all = end.saturating_sub(start);
-    if all > max_m && ptx::tid() == 0 {
+    if all > max_m {
         unsafe { ptx::red_min_u32(status, e) };
     }
     let rows = all.min(max_m).min(total_rows - start);
