@@ -332,15 +332,21 @@ impl SlotPlan {
         let s = gs::slots(shape.n, shape.k);
         let lo = (32 / s).max(1);
         let hi = (max_threads.min(gs::MAX_THREADS) / s).max(lo);
-        // A grouped call of four rows at k ≤ 4 whose slots own one K tile
-        // each takes blocks of half the columns where those still hold a
-        // warp of columns: twice the blocks, two per SM at 8 experts.
-        // H100, µs, `moe_dn` ×8 (K = 512 → N = 2048, 8 slots, 64 → 32 columns),
-        // k = 2 / 3 / 4: 4.69 / 5.14 / 5.46 → 4.53 / 4.80 / 5.04. At one to
-        // three rows and at k = 5 the narrower blocks lost 3–15 %, and
-        // `moe_gu` ×8 (32 slots, 16 → 8 columns) lost at every M.
+        // A grouped call whose slots own one K tile each takes blocks of
+        // half the columns where those still hold a warp of columns, at
+        // four rows and k ≤ 4 (twice the blocks, two per SM at 8 experts),
+        // and at one row where the wide blocks (two column groups each)
+        // would already be more than two per SM. H100, µs, `moe_dn` (K =
+        // 512 → N = 2048, 8 slots, 64 → 32 columns): ×8 at four rows, k = 2
+        // / 3 / 4: 4.69 / 5.14 / 5.46 → 4.53 / 4.80 / 5.04; ×64 at one row
+        // (1024 wide blocks), k = 2 / 3 / 4 / 5: 17.40 / 19.85 / 20.79 /
+        // 25.66 → 16.91 / 17.82 / 18.74 / 22.75. ×8 at one to three rows
+        // (128 wide blocks) and at k = 5 the narrower blocks lost 3–15 %,
+        // and `moe_gu` ×8 (32 slots, 16 → 8 columns) lost at every M.
         let one_tile = s as usize >= kbit_format::tile::k_tiles(shape.k);
-        let hi = if units > 1 && m == 4 && bits <= 4 && one_tile && hi >= 64 { hi / 2 } else { hi };
+        let crowded = units * shape.n.div_ceil(2 * hi as usize) > 2 * sm_count as usize;
+        let narrow = (m == 4 && bits <= 4) || (m == 1 && crowded);
+        let hi = if units > 1 && narrow && one_tile && hi >= 64 { hi / 2 } else { hi };
         // A dense block stages all M rows of the activations: at M ≥ 2 on
         // long K, fewer, wider blocks (each block's share of the GPU times
         // M). Short K stages little and wants the blocks (H100, µs, M = 2 /
@@ -938,10 +944,11 @@ mod tests {
     }
 
     /// Four rows at k ≤ 4 on `moe_dn` (64 columns of 8 slots) take blocks
-    /// of half the columns; other row counts, k = 5 and `moe_gu` (16
-    /// columns) keep the widest, and a dense call one column group.
+    /// of half the columns, and so does one row where the wide blocks
+    /// crowd the SMs (64 experts); other row counts, k = 5 and `moe_gu`
+    /// (16 columns) keep the widest, and a dense call one column group.
     #[test]
-    fn grouped_four_row_plans_halve_wide_blocks() {
+    fn grouped_plans_halve_wide_blocks() {
         let (dn, gu) = (Shape::new(2048, 512).unwrap(), Shape::new(512, 2048).unwrap());
         for bits in 2..=5 {
             for m in 1..=GEMV_MAX_M {
@@ -951,6 +958,12 @@ mod tests {
                 assert_eq!(p.col_blocks as usize, 2048 / (2 * cols as usize));
                 assert_eq!(SlotPlan::new(gu, bits, m, 132, 8, 512).geometry.cols(), 16, "k={bits} m={m}");
                 assert_eq!(SlotPlan::new(dn, bits, m, 132, 1, 512).geometry.reps(), 1);
+                // 64 experts: one row narrows too (1024 wide blocks), two
+                // and three rows do not.
+                let p = SlotPlan::new(dn, bits, m, 132, 64, 512);
+                let cols = if (m == 4 && bits <= 4) || m == 1 { 32 } else { 64 };
+                assert_eq!((p.geometry.cols(), p.geometry.reps()), (cols, 2), "64 experts, k={bits} m={m}: {p:?}");
+                assert_eq!(SlotPlan::new(gu, bits, m, 132, 64, 512).geometry.cols(), 16, "k={bits} m={m}");
             }
         }
     }
