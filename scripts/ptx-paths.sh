@@ -21,9 +21,9 @@ cpu=$(sed -n 's/^const TARGET_CPU: &str = "\(.*\)";$/\1/p' build.rs)
 
 copy=$(mktemp -d "${TMPDIR:-/tmp}/kbit-ptx-path-check-XXXXXXXXXXXX")
 trap 'rm -rf "$copy"' EXIT
-# Tracked files only (kernels-gpu/format is the link itself), and the
-# pinned toolchain.
-git ls-files -z kernels-gpu format rust-toolchain.toml | tar -cf - --null -T - | tar -xf - -C "$copy"
+# The sources (kernels-gpu/format stays a link) and the pinned toolchain;
+# no build outputs, and no git needed.
+tar -cf - --exclude=target kernels-gpu format rust-toolchain.toml | tar -xf - -C "$copy"
 (
   cd "$copy/kernels-gpu"
   env -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS -u CARGO_TARGET_DIR -u RUSTC_WRAPPER \
