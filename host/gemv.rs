@@ -924,7 +924,7 @@ mod tests {
 
     /// The MoE shapes over 8 or 64 experts take two column groups per
     /// block, which brings 8 experts to one block per SM (two for `moe_dn`
-    /// at four rows, k ≤ 4: [`grouped_four_row_plans_halve_wide_blocks`]);
+    /// at four rows, k ≤ 4: [`grouped_plans_halve_wide_blocks`]);
     /// dense calls and a single expert never do.
     #[test]
     fn grouped_slot_plans_pair_columns() {
