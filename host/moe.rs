@@ -80,6 +80,10 @@ const KSLOTS_MIN_K: usize = 512;
 /// against the GEMV): k = 2 / 3 / 4 3.74 / 4.09 / 4.24 against 4.81 / 4.76
 /// / 4.93, k = 5 5.40 against 5.46 (even; before the swap the GEMV was
 /// ahead at k = 4, 5 on the H100: 4.63–4.72 against 4.85–4.92 at k = 4).
+/// k = 5 on the H100 in the M = 1..4 tables of 045020d, 4f25715, d9176e7
+/// and ec3d03e (`bench-results/…-2026-12-07-*-m1-4.json`): 5.17 / 5.20 /
+/// 5.24 / 5.08 against 5.19 / 5.20 / 5.25 / 5.29, even in three runs of
+/// four, so k = 5 stays with the GEMV.
 const fn kslots_two_rows(bits: u32) -> bool {
     bits <= 4
 }
