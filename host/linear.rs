@@ -47,8 +47,10 @@ pub enum Kernel {
     /// 1. Scalar GEMV (M = 1..4, dense layers).
     Scalar,
     /// 2. Tensor-core dequant GEMM: M ≤ 64, and any M on sm_90 (the
-    ///    warpgroup GEMM); automatic dispatch takes it for M = 5..32, up to
-    ///    64 on larger matrices, up to 128 on sm_90 on the largest.
+    ///    warpgroup GEMM); automatic dispatch takes it for M = 5..32, at
+    ///    M ≤ 4 where [`crate::small_m`] prefers its direct-load variant, up
+    ///    to M = 48 / 64 from 2^21 / 2^22 weights, and on sm_90 up to
+    ///    M = 512 / 768 / 2048 from 2^22 / 2^23 / 2^24 weights.
     Mma,
     /// 3. Dequantize to f16/bf16, then a cuBLAS GEMM (any M).
     DequantCublas,
