@@ -80,3 +80,8 @@ pub use wgmma_plan::WgmmaPlan;
 
 pub use cudarc;
 pub use half;
+
+/// The README's Rust examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
