@@ -9,7 +9,16 @@ use half::f16;
 use kbit::{Codebook, Context, ScaleMode, Shape, reference};
 
 fn main() -> kbit::Result<()> {
-    let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("numeric arguments")).collect();
+    let mut args = Vec::new();
+    for a in std::env::args().skip(1) {
+        match a.parse::<usize>() {
+            Ok(v) if v > 0 => args.push(v),
+            _ => {
+                eprintln!("usage: 02_linear_gpu [K N M bits [repeats]] (positive integers), got {a:?}");
+                std::process::exit(2);
+            }
+        }
+    }
     let get = |i: usize, d: usize| args.get(i).copied().unwrap_or(d);
     let (k, n, m, bits, repeats) = (get(0, 4096), get(1, 14336), get(2, 1), get(3, 4) as u32, get(4, 1));
     let ctx = match Context::new(0) {
