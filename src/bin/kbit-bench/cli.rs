@@ -13,7 +13,8 @@ Results are printed as Markdown and written to OUT/<gpu>-<date>.json + .md.
 options:
   --m LIST          batch sizes M (default 1-8), e.g. 1,2,4,16,64 or 1-8,16,32
   --k LIST          bit widths (default 2,3,4,5)
-  --experts N       active experts of the moe_gu / moe_dn rows (default 8)
+  --experts LIST    active experts of the moe_gu / moe_dn rows (default 8); the first
+                    count's rows make the TOTAL, each further count adds two rows
   --shapes LIST     extra dense shapes after the design ones: llama8b (4096->14336),
                     llama70b (8192->28672), glm_shared (2048->10240), or KxN (K in, N out)
   --only LIST       measure only these design shapes (the TOTAL row then
@@ -87,7 +88,8 @@ pub fn extra_shape(spec: &str) -> Result<BenchShape, String> {
 pub struct Options {
     pub ms: Vec<usize>,
     pub bits: Vec<u32>,
-    pub experts: usize,
+    /// Expert counts of the MoE rows; the first one's rows are the design rows.
+    pub experts: Vec<usize>,
     pub extra: Vec<BenchShape>,
     pub only: Option<Vec<String>>,
     /// Kernels to measure (`--kernels`); the others show `-`.
@@ -107,7 +109,7 @@ impl Default for Options {
         Self {
             ms: (1..=8).collect(),
             bits: vec![2, 3, 4, 5],
-            experts: 8,
+            experts: vec![8],
             extra: Vec::new(),
             only: None,
             kernels: kbit::Kernel::ALL.to_vec(),
@@ -123,12 +125,16 @@ impl Default for Options {
 }
 
 impl Options {
-    /// The shapes of the tables: the design ones (filtered by `--only`), then the extras.
+    /// The shapes of the tables: the design ones (filtered by `--only`), the
+    /// MoE ones again for each further expert count (not in the TOTAL), then
+    /// the extras.
     pub fn shapes(&self) -> Vec<BenchShape> {
-        let mut v: Vec<BenchShape> = design_shapes(self.experts)
-            .into_iter()
-            .filter(|s| self.only.as_ref().is_none_or(|only| only.contains(&s.name)))
-            .collect();
+        let wanted = |s: &BenchShape| self.only.as_ref().is_none_or(|only| only.contains(&s.name));
+        let mut v: Vec<BenchShape> = design_shapes(self.experts[0]).into_iter().filter(wanted).collect();
+        for &e in &self.experts[1..] {
+            let more = design_shapes(e).into_iter().filter(|s| s.name.starts_with("moe_") && wanted(s));
+            v.extend(more.map(|s| BenchShape { design: false, ..s }));
+        }
         v.extend(self.extra.iter().cloned());
         v
     }
@@ -174,7 +180,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> 
             "--dequant" => o.dequant = true,
             "--m" => o.ms = parse_list("--m", &value(&mut it)?, 1, 1 << 20)?,
             "--k" => o.bits = parse_list("--k", &value(&mut it)?, 2, 5)?.into_iter().map(|b| b as u32).collect(),
-            "--experts" => o.experts = parse_list("--experts", &value(&mut it)?, 1, 1024)?[0],
+            "--experts" => o.experts = parse_list("--experts", &value(&mut it)?, 1, 1024)?,
             "--dequant-m" => o.dequant_m = parse_list("--dequant-m", &value(&mut it)?, 1, 1 << 20)?[0],
             "--shapes" => {
                 for s in value(&mut it)?.split(',').filter(|s| !s.is_empty()) {
@@ -226,7 +232,7 @@ mod tests {
         let o = parse(args("")).unwrap();
         assert_eq!(o.ms, (1..=8).collect::<Vec<_>>());
         assert_eq!(o.bits, vec![2, 3, 4, 5]);
-        assert_eq!(o.experts, 8);
+        assert_eq!(o.experts, [8]);
         assert_eq!(o.shapes().len(), 7);
         assert_eq!(o.shapes()[5], BenchShape { name: "moe_gu".into(), k: 2048, n: 512, experts: 8, design: true });
     }
@@ -250,9 +256,28 @@ mod tests {
     }
 
     #[test]
+    fn further_expert_counts_add_moe_rows_outside_the_total() {
+        let o = parse(args("--experts 8,16,24 --only q,moe_dn --shapes glm_shared")).unwrap();
+        let s = o.shapes();
+        let rows: Vec<(&str, usize, bool)> = s.iter().map(|s| (s.name.as_str(), s.experts, s.design)).collect();
+        assert_eq!(
+            rows,
+            [
+                ("q", 1, true),
+                ("moe_dn", 8, true),
+                ("moe_dn", 16, false),
+                ("moe_dn", 24, false),
+                ("glm_shared", 1, false)
+            ]
+        );
+        assert_eq!(parse(args("--experts 4-6")).unwrap().shapes().len(), 7 + 2 * 2);
+    }
+
+    #[test]
     fn errors_name_the_argument() {
         for (a, want) in [
             ("--k 6", "--k"),
+            ("--experts 0", "--experts"),
             ("--m 0", "--m"),
             ("--m", "needs a value"),
             ("--shapes foo", "unknown shape"),

@@ -183,7 +183,7 @@ fn run<T: Element>(ctx: &Context, opts: &Options) -> kbit::Result<()> {
             "M = {}, k = {}, {} experts per MoE row{}",
             list(&ms),
             list(&ks),
-            opts.experts,
+            list(&opts.experts.iter().map(|e| e.to_string()).collect::<Vec<_>>()),
             if opts.quick { ", --quick" } else { "" }
         )
     };
@@ -238,7 +238,8 @@ fn run<T: Element>(ctx: &Context, opts: &Options) -> kbit::Result<()> {
         ("programmatic_launch", Json::Bool(ctx.programmatic_launch())),
         ("ms", Json::Arr(opts.ms.iter().map(|&m| Json::Int(m as i64)).collect())),
         ("ks", Json::Arr(opts.bits.iter().map(|&b| Json::Int(b as i64)).collect())),
-        ("experts", Json::Int(opts.experts as i64)),
+        ("experts", Json::Int(opts.experts[0] as i64)),
+        ("expert_counts", Json::Arr(opts.experts.iter().map(|&e| Json::Int(e as i64)).collect())),
         ("dequant_m", Json::Int(opts.dequant_m as i64)),
         ("rows", Json::Arr(std::mem::take(&mut bench.rows))),
     ]);
@@ -248,7 +249,7 @@ fn run<T: Element>(ctx: &Context, opts: &Options) -> kbit::Result<()> {
     let base_name = format!("{}-{}{}", report::slug(&info.name), date, if opts.dequant { "-dequant" } else { "" });
     let write = || -> std::io::Result<(std::path::PathBuf, std::path::PathBuf)> {
         std::fs::create_dir_all(&opts.out)?;
-        let (j, m) = (opts.out.join(format!("{base_name}.json")), opts.out.join(format!("{base_name}.md")));
+        let (j, m) = report::free_names(&opts.out, &base_name);
         std::fs::write(&j, &json)?;
         std::fs::write(&m, &md)?;
         Ok((j, m))

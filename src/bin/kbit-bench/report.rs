@@ -1,6 +1,7 @@
 //! Output: aligned Markdown tables, a small JSON writer, file names.
 
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
 /// A Markdown table whose columns are padded to a common width.
 pub struct Table {
@@ -183,6 +184,20 @@ pub fn slug(name: &str) -> String {
     if s.is_empty() { "gpu".into() } else { s }
 }
 
+/// `DIR/BASE.json` and `DIR/BASE.md`, or with `-2`, `-3`, … appended to
+/// `BASE` where an earlier run of the same GPU and day left either file:
+/// a run never overwrites another's results.
+pub fn free_names(dir: &Path, base: &str) -> (PathBuf, PathBuf) {
+    let pair = |b: &str| (dir.join(format!("{b}.json")), dir.join(format!("{b}.md")));
+    let (mut j, mut m) = pair(base);
+    let mut i = 2;
+    while j.exists() || m.exists() {
+        (j, m) = pair(&format!("{base}-{i}"));
+        i += 1;
+    }
+    (j, m)
+}
+
 /// (year, month, day) of a count of days since 1970-01-01 (proleptic
 /// Gregorian calendar).
 pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
@@ -237,6 +252,26 @@ pub fn commit() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_names_never_reuse_a_run_s_files() {
+        let dir = std::env::temp_dir().join(format!("kbit-bench-names-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (j, m) = free_names(&dir, "gpu-2026-01-02");
+        assert_eq!(
+            (j.file_name().unwrap(), m.file_name().unwrap()),
+            ("gpu-2026-01-02.json".as_ref(), "gpu-2026-01-02.md".as_ref())
+        );
+        std::fs::write(&m, "").unwrap(); // either file taken is enough
+        let (j2, m2) = free_names(&dir, "gpu-2026-01-02");
+        assert_eq!(
+            (j2.file_name().unwrap(), m2.file_name().unwrap()),
+            ("gpu-2026-01-02-2.json".as_ref(), "gpu-2026-01-02-2.md".as_ref())
+        );
+        std::fs::write(&j2, "").unwrap();
+        assert!(free_names(&dir, "gpu-2026-01-02").0.ends_with("gpu-2026-01-02-3.json"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn table_is_aligned_markdown() {
