@@ -64,7 +64,7 @@ pub const fn x_tile_floats(m: u32) -> u32 {
 /// call at M = 1, k = 4 on an H100, against 4.7 with 16) and 2048×10240 4
 /// (8.7 µs against 7.6 with 8); 2048×4096 is faster with 16 than with 32
 /// (3.5 against 4.2 µs; `bench-results/NOTES.md`).
-const SLOT_THREADS_X_SQRT2: usize = 92_682;
+pub const SLOT_THREADS_X_SQRT2: usize = 92_682;
 
 /// Whether blocks of a `bits`-bit matrix are summed unscaled and scaled
 /// once (module docs) in a problem of `rows` rows: k = 2 always, k = 4
