@@ -3,19 +3,15 @@
 //!
 //! `cargo run --release --example 01_quantize_cpu`
 
+mod common;
+
 use kbit::{Codebook, ScaleMode, Shape, reference};
 
 fn main() -> kbit::Result<()> {
     let shape = Shape::new(1024, 2048)?;
     // A deterministic, roughly Gaussian matrix (sum of uniforms).
-    let mut s = 0x2545_f491_4f6c_dd1du64;
-    let mut uniform = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 11) as f32 / (1u64 << 53) as f32 - 0.5
-    };
-    let w: Vec<f32> = (0..shape.numel()).map(|_| (0..4).map(|_| uniform()).sum::<f32>() * 0.05).collect();
+    let mut rng = common::XorShift(0x2545_f491_4f6c_dd1d);
+    let w: Vec<f32> = (0..shape.numel()).map(|_| (0..4).map(|_| rng.uniform()).sum::<f32>() * 0.05).collect();
     let power: f64 = w.iter().map(|&v| (v as f64).powi(2)).sum();
     println!("W[{}, {}], {} quant blocks", shape.n, shape.k, shape.num_blocks());
     println!("{:>3} {:>12} {:>12} {:>10}", "k", "bytes", "vs fp16", "NMSE");

@@ -5,38 +5,19 @@
 //! `cargo run --release --example 02_linear_gpu -- [K N M bits [repeats]]`
 //! (default 4096 14336 1 4 1)
 
+mod common;
+
 use half::f16;
-use kbit::{Codebook, Context, ScaleMode, Shape, reference};
+use kbit::{Codebook, ScaleMode, Shape, reference};
 
 fn main() -> kbit::Result<()> {
-    let mut args = Vec::new();
-    for a in std::env::args().skip(1) {
-        match a.parse::<usize>() {
-            Ok(v) if v > 0 => args.push(v),
-            _ => {
-                eprintln!("usage: 02_linear_gpu [K N M bits [repeats]] (positive integers), got {a:?}");
-                std::process::exit(2);
-            }
-        }
-    }
+    let args = common::positive_args("02_linear_gpu [K N M bits [repeats]]");
     let get = |i: usize, d: usize| args.get(i).copied().unwrap_or(d);
     let (k, n, m, bits, repeats) = (get(0, 4096), get(1, 14336), get(2, 1), get(3, 4) as u32, get(4, 1));
-    let ctx = match Context::new(0) {
-        Ok(c) => c,
-        Err(kbit::Error::NoDevice(why)) => {
-            eprintln!("02_linear_gpu: no CUDA GPU ({why})");
-            std::process::exit(3);
-        }
-        Err(e) => return Err(e),
-    };
+    let ctx = common::context_or_exit("02_linear_gpu")?;
     let shape = Shape::new(n, k)?;
-    let mut s = 0x9e37_79b9_7f4a_7c15u64;
-    let mut rnd = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 11) as f32 / (1u64 << 53) as f32 - 0.5
-    };
+    let mut rng = common::XorShift(0x9e37_79b9_7f4a_7c15);
+    let mut rnd = move || rng.uniform();
     let w: Vec<f16> = (0..shape.numel()).map(|_| f16::from_f32(rnd() * 0.1)).collect();
     let x: Vec<f16> = (0..m * k).map(|_| f16::from_f32(rnd())).collect();
     let stream = ctx.stream();

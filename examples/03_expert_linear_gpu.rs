@@ -11,20 +11,13 @@
 //! launch, is a bound that needs no look at the routing: T, the most rows
 //! any expert can get.
 
+mod common;
+
 use half::f16;
-use kbit::{Codebook, Context, ScaleMode, Shape, reference};
+use kbit::{Codebook, ScaleMode, Shape, reference};
 
 fn main() -> kbit::Result<()> {
-    let mut args = Vec::new();
-    for a in std::env::args().skip(1) {
-        match a.parse::<usize>() {
-            Ok(v) if v > 0 => args.push(v),
-            _ => {
-                eprintln!("usage: 03_expert_linear_gpu [K N E T R bits] (positive integers), got {a:?}");
-                std::process::exit(2);
-            }
-        }
-    }
+    let args = common::positive_args("03_expert_linear_gpu [K N E T R bits]");
     let get = |i: usize, d: usize| args.get(i).copied().unwrap_or(d);
     let (k, n, num_experts, tokens, top, bits) =
         (get(0, 2048), get(1, 512), get(2, 64), get(3, 4), get(4, 8), get(5, 4));
@@ -32,42 +25,28 @@ fn main() -> kbit::Result<()> {
         eprintln!("03_expert_linear_gpu: top-{top} routing needs at least {top} experts, got {num_experts}");
         std::process::exit(2);
     }
-    let ctx = match Context::new(0) {
-        Ok(c) => c,
-        Err(kbit::Error::NoDevice(why)) => {
-            eprintln!("03_expert_linear_gpu: no CUDA GPU ({why})");
-            std::process::exit(3);
-        }
-        Err(e) => return Err(e),
-    };
+    let ctx = common::context_or_exit("03_expert_linear_gpu")?;
     let shape = Shape::new(n, k)?;
-    let mut s = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
-    let mut rnd = || (next() >> 11) as f32 / (1u64 << 53) as f32 - 0.5;
+    let mut rng = common::XorShift(0x2545_f491_4f6c_dd1d);
 
     // Experts quantized on the CPU (the reference quantizer) and uploaded
     // as one concatenated weight.
     let cb = Codebook::nf(bits as u32)?;
     let tiled = (0..num_experts)
         .map(|_| {
-            let w: Vec<f32> = (0..shape.numel()).map(|_| rnd() * 0.1).collect();
+            let w: Vec<f32> = (0..shape.numel()).map(|_| rng.uniform() * 0.1).collect();
             reference::repack(&reference::quantize(&w, shape, &cb)?, ScaleMode::Strict)
         })
         .collect::<kbit::Result<Vec<_>>>()?;
     let experts = ctx.upload_experts(&tiled)?;
 
     // Top-R routing: each token picks R distinct experts.
-    let x_tokens: Vec<Vec<f16>> = (0..tokens).map(|_| (0..k).map(|_| f16::from_f32(rnd())).collect()).collect();
+    let x_tokens: Vec<Vec<f16>> = (0..tokens).map(|_| (0..k).map(|_| f16::from_f32(rng.uniform())).collect()).collect();
     let mut picks = vec![Vec::new(); num_experts];
     for t in 0..tokens {
         let mut chosen = Vec::with_capacity(top);
         while chosen.len() < top {
-            let e = (next() % num_experts as u64) as usize;
+            let e = (rng.next_u64() % num_experts as u64) as usize;
             if !chosen.contains(&e) {
                 chosen.push(e);
                 picks[e].push(t);

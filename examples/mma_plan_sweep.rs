@@ -18,6 +18,8 @@
 //! ```
 //! e.g. `-- 2048x10240,512x2048x8 4,5 5,8`
 
+mod common;
+
 #[allow(dead_code)]
 #[path = "../src/bin/kbit-bench/timing.rs"]
 mod timing;
@@ -131,14 +133,7 @@ fn main() -> kbit::Result<()> {
             std::process::exit(2);
         }
     };
-    let ctx = match Context::new(0) {
-        Ok(c) => c,
-        Err(kbit::Error::NoDevice(why)) => {
-            eprintln!("mma_plan_sweep: no CUDA GPU ({why})");
-            std::process::exit(3);
-        }
-        Err(e) => return Err(e),
-    };
+    let ctx = common::context_or_exit("mma_plan_sweep")?;
     let stream = ctx.stream().clone();
     let timer = timing::Timer::new(&stream, timing::Settings::QUICK)?;
     for &(k, n, e) in &args.shapes {
