@@ -173,10 +173,17 @@ fn build_kernels(root: &std::path::Path) -> PathBuf {
             cmd.env_remove(&k);
         }
     }
+    let rustflags = format!("-C target-cpu={TARGET_CPU}");
+    let args = ["build", "--release", "-Zbuild-std=core", "--target", "nvptx64-nvidia-cuda"];
     cmd.current_dir(root.join("kernels-gpu"))
-        .env("RUSTFLAGS", format!("-C target-cpu={TARGET_CPU}"))
-        .args(["build", "--release", "-Zbuild-std=core", "--target", "nvptx64-nvidia-cuda", "--target-dir"])
+        .env("RUSTFLAGS", &rustflags)
+        .args(args)
+        .arg("--target-dir")
         .arg(&target_dir);
+    // The same build elsewhere (scripts/ptx-paths.sh) replays these two lines.
+    std::fs::create_dir_all(&target_dir).expect("creating the kernel target directory");
+    let replay = format!("RUSTFLAGS={rustflags}\nARGS={}\n", args.join(" "));
+    std::fs::write(target_dir.join("build-command"), replay).expect("writing the kernel build command");
     let status = cmd.status().expect("running cargo for kernels-gpu");
     assert!(
         status.success(),

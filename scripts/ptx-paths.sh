@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks that the kernels compile to the same PTX whatever the checkout's
 # path: builds `kernels-gpu` (with `format`) once more from a copy at a path
-# of another length, as build.rs does, and compares the PTX with the one in
+# of another length, with the command build.rs ran (which it wrote to
+# target/nvptx-kernels/build-command), and compares the PTX with the one in
 # target/nvptx-kernels (run after a build of this checkout).
 #
 # Why it can differ: cargo hashes a path dependency that lies outside the
@@ -16,8 +17,10 @@ root=$PWD
 target=${CARGO_TARGET_DIR:-$root/target}
 ptx=$target/nvptx-kernels/nvptx64-nvidia-cuda/release/kbit_kernels_gpu.ptx
 [ -f "$ptx" ] || { echo "ptx-paths: $ptx is missing: build first (cargo build --release)" >&2; exit 2; }
-cpu=$(sed -n 's/^const TARGET_CPU: &str = "\(.*\)";$/\1/p' build.rs)
-[ -n "$cpu" ] || { echo "ptx-paths: TARGET_CPU not found in build.rs" >&2; exit 2; }
+recipe=$target/nvptx-kernels/build-command
+rustflags=$(sed -n 's/^RUSTFLAGS=//p' "$recipe" 2>/dev/null || true)
+args=$(sed -n 's/^ARGS=//p' "$recipe" 2>/dev/null || true)
+[ -n "$rustflags" ] && [ -n "$args" ] || { echo "ptx-paths: $recipe is missing or incomplete: build first (cargo build --release)" >&2; exit 2; }
 
 copy=$(mktemp -d "${TMPDIR:-/tmp}/kbit-ptx-path-check-XXXXXXXXXXXX")
 trap 'rm -rf "$copy"' EXIT
@@ -27,8 +30,8 @@ tar -cf - --exclude=target kernels-gpu format rust-toolchain.toml | tar -xf - -C
 (
   cd "$copy/kernels-gpu"
   env -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS -u CARGO_TARGET_DIR -u RUSTC_WRAPPER \
-    RUSTFLAGS="-C target-cpu=$cpu" \
-    cargo build --release --quiet -Zbuild-std=core --target nvptx64-nvidia-cuda --target-dir "$copy/target"
+    RUSTFLAGS="$rustflags" \
+    cargo $args --quiet --target-dir "$copy/target"
 )
 if cmp -s "$ptx" "$copy/target/nvptx64-nvidia-cuda/release/kbit_kernels_gpu.ptx"; then
   echo "ptx-paths: the PTX built at $copy is byte-identical to $ptx"
