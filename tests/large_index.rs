@@ -45,12 +45,6 @@ fn big_gpu(test: &str) -> Option<Context> {
     Some(ctx)
 }
 
-/// The tests of this binary run one at a time (each holds ≈ 12 GB).
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// A runtime-layout weight of random planes (uniform indices) and random
 /// scales between 1/32 and 1.94 (E4M4 exponents 6..=11).
 fn random_tiled(rng: &mut SmallRng, shape: Shape, cb: &Codebook) -> TiledWeight {
@@ -121,7 +115,7 @@ fn big_weight(ctx: &Context, rng: &mut SmallRng) -> (KbitWeight, TiledWeight) {
 #[test]
 fn dequantize_past_2_pow_32_elements() {
     const TEST: &str = "dequantize_past_2_pow_32_elements";
-    let _one = serial();
+    let _serial = common::serial();
     let Some(ctx) = big_gpu(TEST) else { return };
     let mut rng = common::rng(TEST);
     let (w, host) = big_weight(&ctx, &mut rng);
@@ -146,7 +140,7 @@ fn dequantize_past_2_pow_32_elements() {
 #[test]
 fn linear_past_2_pow_31_bytes_of_planes() {
     const TEST: &str = "linear_past_2_pow_31_bytes_of_planes";
-    let _one = serial();
+    let _serial = common::serial();
     let Some(ctx) = big_gpu(TEST) else { return };
     let mut rng = common::rng(TEST);
     let (w, host) = big_weight(&ctx, &mut rng);
@@ -179,7 +173,7 @@ fn linear_past_2_pow_31_bytes_of_planes() {
 #[test]
 fn expert_linear_past_2_pow_31_bytes_of_planes() {
     const TEST: &str = "expert_linear_past_2_pow_31_bytes_of_planes";
-    let _one = serial();
+    let _serial = common::serial();
     let Some(ctx) = big_gpu(TEST) else { return };
     let mut rng = common::rng(TEST);
     // 128 experts of [8192, 4096] at 5 bits: 2.68 GB of planes; expert 103

@@ -42,14 +42,6 @@ fn random_weight(ctx: &Context, rng: &mut SmallRng, shape: Shape, bits: u32) -> 
     (dev, host)
 }
 
-/// The GPU tests of this binary run one at a time: they share the process's
-/// primary CUDA context, and a graph capture was once seen invalidated while
-/// another test thread was setting up (module load, cuBLAS handle).
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn poisoned<T: Element>(ctx: &Context, len: usize) -> CudaSlice<T> {
     ctx.stream().clone_htod(&vec![T::nan(); len]).unwrap()
 }
@@ -107,7 +99,7 @@ fn expected_kernel(ctx: &Context, m: usize, w: &kbit::KbitWeight) -> Kernel {
 #[test]
 fn linear_matches_reference_on_design_shapes() {
     let test = "linear_matches_reference_on_design_shapes";
-    let _serial = serial();
+    let _serial = common::serial();
     let Some(ctx) = common::gpu(test) else { return };
     let mut rng = common::rng(test);
     let mut seen = [[false; MS.len()]; common::SHAPES.len()];
@@ -138,7 +130,7 @@ fn linear_matches_reference_on_design_shapes() {
 #[test]
 fn linear_matches_reference_on_awkward_shapes() {
     let test = "linear_matches_reference_on_awkward_shapes";
-    let _serial = serial();
+    let _serial = common::serial();
     let Some(ctx) = common::gpu(test) else { return };
     let mut rng = common::rng(test);
     for (i, &(name, k, n)) in common::AWKWARD.iter().enumerate() {
@@ -165,7 +157,7 @@ fn linear_dispatch_around_the_crossovers() {
     // M = 1000 from 2^24; elsewhere dequant + cuBLAS. Every result checked
     // against the reference.
     let test = "linear_dispatch_around_the_crossovers";
-    let _serial = serial();
+    let _serial = common::serial();
     let Some(ctx) = common::gpu(test) else { return };
     let mut rng = common::rng(test);
     // (N, K): exactly 2^27 weights (M = 2, 3 only), 2^25 and more, exactly
@@ -202,7 +194,7 @@ fn linear_accepts_views_and_small_then_large_weights() {
     // Row slices of larger buffers (as MoE expert batches are), and a
     // scratch buffer that has to grow between calls.
     let test = "linear_accepts_views_and_small_then_large_weights";
-    let _serial = serial();
+    let _serial = common::serial();
     let Some(ctx) = common::gpu(test) else { return };
     let mut rng = common::rng(test);
     for (n, k) in [(128, 256), (2048, 1024), (64, 512)] {
@@ -227,7 +219,7 @@ fn linear_accepts_views_and_small_then_large_weights() {
 #[test]
 fn linear_is_capturable_in_a_cuda_graph() {
     let test = "linear_is_capturable_in_a_cuda_graph";
-    let _serial = serial();
+    let _serial = common::serial();
     let Some(ctx) = common::gpu(test) else { return };
     let mut rng = common::rng(test);
     let shape = Shape::new(512, 2048).unwrap();
@@ -293,7 +285,7 @@ fn small_weight(ctx: &Context) -> KbitWeight {
 
 #[test]
 fn linear_rejects_bad_arguments() {
-    let _serial = serial();
+    let _serial = common::serial();
     let Some(ctx) = common::gpu("linear_rejects_bad_arguments") else { return };
     let w = small_weight(&ctx); // N = 64, K = 128
     let s = ctx.stream();
@@ -326,7 +318,7 @@ fn linear_rejects_bad_arguments() {
 
 #[test]
 fn forcing_kernels() {
-    let _serial = serial();
+    let _serial = common::serial();
     let Some(ctx) = common::gpu("forcing_kernels") else { return };
     assert_eq!(ctx.last_kernel(), None);
     assert_eq!(ctx.forced_kernel(), None);
@@ -385,7 +377,7 @@ fn kernel_names() {
 #[test]
 fn programmatic_launches_keep_every_dependency() {
     let test = "programmatic_launches_keep_every_dependency";
-    let _serial = serial();
+    let _serial = common::serial();
     let Some(mut ctx) = common::gpu(test) else { return };
     let mut rng = common::rng(test);
     let (d, layers, repacked) = (1024, 6, 3);

@@ -92,6 +92,7 @@ fn check_rows<T: Element>(
 
 #[test]
 fn expert_linear_dispatches_by_max_m_and_matches_reference() {
+    let _serial = common::serial();
     let Some(ctx) = common::gpu("expert_linear_dispatches_by_max_m_and_matches_reference") else { return };
     let mut rng = common::rng("expert_linear_dispatches_by_max_m_and_matches_reference");
     let cases =
@@ -150,6 +151,7 @@ fn expert_linear_dispatches_by_max_m_and_matches_reference() {
 
 #[test]
 fn expert_linear_sends_many_two_row_experts_to_the_tensor_core_kernel() {
+    let _serial = common::serial();
     let name = "expert_linear_sends_many_two_row_experts_to_the_tensor_core_kernel";
     let Some(ctx) = common::gpu(name) else { return };
     let mut rng = common::rng(name);
@@ -181,6 +183,7 @@ fn expert_linear_sends_many_two_row_experts_to_the_tensor_core_kernel() {
 
 #[test]
 fn expert_linear_edge_cases() {
+    let _serial = common::serial();
     let Some(ctx) = common::gpu("expert_linear_edge_cases") else { return };
     let mut rng = common::rng("expert_linear_edge_cases");
     let case = make_experts(&ctx, &mut rng, 4, 256, 64, 4);
@@ -250,6 +253,7 @@ fn expert_linear_edge_cases() {
 /// (workspace and counters left clean).
 #[test]
 fn grouped_mma_matches_dense_mma_per_expert() {
+    let _serial = common::serial();
     let Some(ctx) = common::gpu("grouped_mma_matches_dense_mma_per_expert") else { return };
     let mut rng = common::rng("grouped_mma_matches_dense_mma_per_expert");
     let rows_8 = [5, 9, 0, 2, 16, 1, 0, 7];
@@ -295,6 +299,7 @@ fn grouped_mma_matches_dense_mma_per_expert() {
 /// partial column blocks, no rows at all.
 #[test]
 fn grouped_kslots_match_dense_kslots_per_expert() {
+    let _serial = common::serial();
     let Some(ctx) = common::gpu("grouped_kslots_match_dense_kslots_per_expert") else { return };
     let mut rng = common::rng("grouped_kslots_match_dense_kslots_per_expert");
     let forced = Some(true);
@@ -404,6 +409,7 @@ fn grouped_case<T: Element>(
 /// outputs one element past an aligned start must give the same bits.
 #[test]
 fn expert_linear_unaligned_rows_match_aligned() {
+    let _serial = common::serial();
     let Some(ctx) = common::gpu("expert_linear_unaligned_rows_match_aligned") else { return };
     let mut rng = common::rng("expert_linear_unaligned_rows_match_aligned");
     let case = make_experts(&ctx, &mut rng, 4, 256, 64, 4);
@@ -438,4 +444,55 @@ fn expert_linear_unaligned_rows_match_aligned() {
         a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
         b[1..].iter().map(|v| v.to_bits()).collect::<Vec<_>>()
     );
+}
+
+/// One capture serves every routing: the expert offsets stay on the
+/// device, so a graph captured once follows the offsets and activations
+/// written before each replay, on each `expert_linear` path (the same total
+/// rows, as in a decode step of fixed tokens × top-k).
+#[test]
+fn expert_linear_graph_replays_follow_the_routing() {
+    let _serial = common::serial();
+    const TEST: &str = "expert_linear_graph_replays_follow_the_routing";
+    let Some(ctx) = common::gpu(TEST) else { return };
+    let mut rng = common::rng(TEST);
+    let case = make_experts(&ctx, &mut rng, 8, 2048, 512, 4);
+    let shape = case.shape;
+    let s = ctx.stream();
+    let mode = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    let flags = cudarc::driver::sys::CUgraphInstantiate_flags(0);
+    let paths: [(usize, Kernel, [[usize; 8]; 2]); 3] = [
+        (1, Kernel::GroupedScalar, [[1, 1, 0, 1, 0, 1, 1, 0], [0, 1, 1, 1, 1, 0, 0, 1]]),
+        (8, Kernel::GroupedMma, [[8, 0, 3, 0, 1, 0, 0, 4], [2; 8]]),
+        (70, Kernel::DequantCublas, [[70, 0, 0, 0, 0, 0, 0, 2], [0, 0, 36, 0, 0, 36, 0, 0]]),
+    ];
+    for (max_m, kernel, routings) in paths {
+        let total: usize = routings[0].iter().sum();
+        assert_eq!(total, routings[1].iter().sum::<usize>());
+        let offsets = routings.map(|r| offsets_of(&r));
+        let xs: [Vec<f16>; 2] = std::array::from_fn(|_| common::uniform(&mut rng, total * shape.k));
+        let mut doff = s.clone_htod(&offsets[0]).unwrap();
+        let mut dx = s.clone_htod(&xs[0]).unwrap();
+        let mut dy = s.clone_htod(&vec![f16::NAN; total * shape.n]).unwrap();
+        ctx.force_kernel(Some(kernel)).unwrap();
+        // One eager call sets up what the path needs (cuBLAS, scratch).
+        ctx.expert_linear(&dx, &doff, max_m, &case.experts, &mut dy).unwrap();
+        ctx.synchronize().unwrap();
+        s.begin_capture(mode).unwrap();
+        let r = ctx.expert_linear(&dx, &doff, max_m, &case.experts, &mut dy);
+        let graph = s.end_capture(flags).unwrap_or_else(|e| panic!("{kernel}: capture: {e} (call: {r:?})"));
+        assert_eq!(r.unwrap(), kernel);
+        let graph = graph.expect("a captured graph");
+        for round in 0..4 {
+            let i = round % 2;
+            s.memcpy_htod(&offsets[i], &mut doff).unwrap();
+            s.memcpy_htod(&xs[i], &mut dx).unwrap();
+            s.memcpy_htod(&vec![f16::NAN; total * shape.n], &mut dy).unwrap();
+            graph.launch().unwrap();
+            let y: Vec<f32> = s.clone_dtoh(&dy).unwrap().iter().map(|v| v.to_f32()).collect();
+            ctx.synchronize().unwrap();
+            check_rows(&case, &xs[i], &y, &routings[i], &offsets[i], max_m, kernel);
+        }
+    }
+    ctx.force_kernel(None).unwrap();
 }

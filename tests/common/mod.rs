@@ -25,6 +25,15 @@ pub fn gpu(test: &str) -> Option<Context> {
     }
 }
 
+/// Serializes the GPU tests of one binary that take it: they share the
+/// process's primary CUDA context, and a graph capture was once seen
+/// invalidated while another test thread was setting up (module load,
+/// cuBLAS handle); the large-matrix tests also each hold ≈ 12 GB.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A generator seeded from the clock and the test name (fresh data every
 /// run); the seed is printed so a failure can be replayed with KBIT_SEED.
 pub fn rng(test: &str) -> SmallRng {
