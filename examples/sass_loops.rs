@@ -7,10 +7,11 @@
 //! classes say which pipe it relieves.
 //!
 //! ```text
-//! cargo run --release --example sass_loops -- [--arch sm_89|sm_90a] [--largest] [--opcodes] PATTERN...
+//! cargo run --release --example sass_loops -- [--arch sm_89|sm_90a] [--largest] [--opcodes] [--sass] PATTERN...
 //!   PATTERN    substrings of entry names, e.g. kbit_gemv_m1_k4_f16 grouped_pairs_m1_k4_f16
 //!   --largest  only each kernel's longest loop (its main loop, as a rule)
 //!   --opcodes  after each loop, its opcodes with their counts
+//!   --sass     after each loop, its instructions
 //! ```
 //! Uses `ptxas` and `nvdisasm` from `KBIT_PTXAS` / `KBIT_NVDISASM`, from
 //! `.tools/` (where `scripts/setup.sh` installs them), or from `PATH`.
@@ -79,8 +80,10 @@ fn find(var: &str, under_tools: &str, name: &str) -> PathBuf {
     exit(2);
 }
 
-/// One SASS instruction: its opcode and, for a branch, the target label.
+/// One SASS instruction: its text, its opcode and, for a branch, the
+/// target label.
 struct Insn {
+    text: String,
     opcode: String,
     target: Option<String>,
 }
@@ -105,7 +108,8 @@ fn parse(listing: &str) -> BTreeMap<String, (Vec<Insn>, BTreeMap<String, usize>)
             let mut words = rest.trim_end_matches(';').split_whitespace().skip_while(|w| w.starts_with('@'));
             let Some(op) = words.next() else { continue };
             let target = rest.split_once("`(").and_then(|(_, r)| r.split_once(')')).map(|(l, _)| l.to_string());
-            f.0.push(Insn { opcode: op.to_string(), target: target.filter(|_| op.starts_with("BRA")) });
+            let text = rest.trim_end_matches(';').trim().to_string();
+            f.0.push(Insn { text, opcode: op.to_string(), target: target.filter(|_| op.starts_with("BRA")) });
         }
     }
     out
@@ -119,7 +123,7 @@ fn class(opcode: &str) -> &'static str {
 
 fn main() {
     let mut arch = "sm_90a".to_string();
-    let (mut largest, mut opcodes) = (false, false);
+    let (mut largest, mut opcodes, mut sass) = (false, false, false);
     let mut patterns = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -127,8 +131,9 @@ fn main() {
             "--arch" => arch = args.next().unwrap_or_default(),
             "--largest" => largest = true,
             "--opcodes" => opcodes = true,
+            "--sass" => sass = true,
             "-h" | "--help" => {
-                println!("usage: sass_loops [--arch sm_89|sm_90a] [--largest] [--opcodes] PATTERN...");
+                println!("usage: sass_loops [--arch sm_89|sm_90a] [--largest] [--opcodes] [--sass] PATTERN...");
                 return;
             }
             _ => patterns.push(a),
@@ -144,7 +149,7 @@ fn main() {
     };
     if patterns.is_empty() {
         eprintln!(
-            "usage: sass_loops [--arch sm_89|sm_90a] [--largest] [--opcodes] PATTERN... (substrings of entry names)"
+            "usage: sass_loops [--arch sm_89|sm_90a] [--largest] [--opcodes] [--sass] PATTERN... (substrings of entry names)"
         );
         exit(2);
     }
@@ -228,6 +233,13 @@ fn main() {
                 ops.sort_by_key(|&(op, n)| (std::cmp::Reverse(n), op));
                 let list: Vec<String> = ops.iter().map(|(op, n)| format!("{op} {n}")).collect();
                 println!("|  | | | | | {} |", list.join(", "));
+            }
+            if sass {
+                println!("```");
+                for x in &insns[i..=j] {
+                    println!("{}", x.text);
+                }
+                println!("```");
             }
         }
     }
