@@ -39,6 +39,18 @@ use kbit_format::tile::TILE_K;
 use std::ops::Range;
 
 /// How many K splits to use.
+///
+/// ```
+/// use kbit::splitk::{Limits, Splits, TileConfig, plan};
+/// let tile = TileConfig { m_blocks: 1, tile_n: 128, tile_slots: 16, blocks_per_sm: 1 };
+/// let limits = Limits { workspace_f32: kbit::SPLITK_WORKSPACE_F32, counters: kbit::SPLITK_COUNTERS };
+/// // 16 × 4096 at M = 16 on 132 SMs: 32 n tiles of 64 K tiles each.
+/// let one = plan(16, 4096, 4096, 4, 132, tile, Splits::Fixed(1), limits)?;
+/// let most = plan(16, 4096, 4096, 4, 132, tile, Splits::Max, limits)?;
+/// assert_eq!((one.splits, one.items), (1, 32));
+/// assert!(most.splits > 1 && most.splits <= 64 && most.tiles_per_split * most.splits >= 64);
+/// # Ok::<(), kbit::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Splits {
     /// Chosen by the cost model ([`plan`]) to fill the GPU.
@@ -94,6 +106,17 @@ pub struct Limits {
 }
 
 /// A complete launch plan.
+///
+/// ```
+/// use kbit::splitk::{Limits, Splits, TileConfig, plan};
+/// let tile = TileConfig { m_blocks: 1, tile_n: 64, tile_slots: 16, blocks_per_sm: 2 };
+/// let limits = Limits { workspace_f32: kbit::SPLITK_WORKSPACE_F32, counters: kbit::SPLITK_COUNTERS };
+/// let p = plan(5, 2048, 5120, 4, 132, tile, Splits::Auto, limits)?;
+/// assert_eq!((p.n_tiles, p.k_tiles), (32, 80)); // 2048 / 64 columns, 5120 / 64
+/// assert_eq!(p.items, p.n_tiles * p.splits); // (not stream-K here)
+/// assert!(!p.stream && p.grid >= 1);
+/// # Ok::<(), kbit::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Plan {
     /// Rows M.

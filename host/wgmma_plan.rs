@@ -36,6 +36,13 @@ use std::ops::Range;
 /// so on an H100 (132 SMs, one block each) clusters of 3, 4, …, 8 hold
 /// 117, 120, 110, 102, 105 and 120 blocks. The context asks the driver
 /// (`cuOccupancyMaxActiveClusters`).
+///
+/// ```
+/// use kbit::wgmma_plan::Slots;
+/// let h100 = Slots([132, 132, 132, 117, 120, 110, 102, 105, 120]);
+/// // Clusters of 4 place 120 blocks where 132 SMs would hold 132 alone.
+/// assert!(h100.get(4) < Slots::uniform(132).get(4));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slots(pub [u32; geo::MAX_SPLITS as usize + 1]);
 
@@ -71,6 +78,19 @@ impl Slots {
 }
 
 /// A launch plan of the warpgroup GEMM.
+///
+/// ```
+/// use kbit::splitk::Splits;
+/// use kbit::wgmma_plan::{Slots, plan};
+/// // Llama-3-70B gate/up at M = 512: 224 column tiles of 128 K tiles.
+/// let p = plan(512, 28672, 8192, &Slots::uniform(132), Splits::Auto, None)?;
+/// assert_eq!((p.col_tiles, p.k_tiles, p.row_tiles * p.halves), (224, 128, 4));
+/// // Whole tiles first, then the rest cut into `splits` K ranges each.
+/// assert_eq!(p.blocks, p.full + (p.tiles() - p.full) * p.splits);
+/// let whole = plan(512, 28672, 8192, &Slots::uniform(132), Splits::Fixed(1), None)?;
+/// assert_eq!((whole.splits, whole.full, whole.blocks), (1, whole.tiles(), whole.tiles()));
+/// # Ok::<(), kbit::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WgmmaPlan {
     /// Rows M.
