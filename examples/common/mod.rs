@@ -22,8 +22,14 @@ pub fn positive_args(usage: &str) -> Vec<usize> {
 }
 
 /// A context on device 0, or (no CUDA GPU) a line saying so and exit
-/// status 3.
+/// status 3. Loading the kernels is silent and, the first time on a
+/// machine, slow, so it says so first.
 pub fn context_or_exit(program: &str) -> kbit::Result<Context> {
+    if Context::device_count().is_ok_and(|n| n > 0) {
+        eprintln!(
+            "{program}: loading the kernels (the first run on a machine can take a minute: the driver compiles the PTX)"
+        );
+    }
     match Context::new(0) {
         Ok(c) => Ok(c),
         Err(kbit::Error::NoDevice(why)) => {
