@@ -45,6 +45,14 @@ fn big_gpu(test: &str) -> Option<Context> {
     Some(ctx)
 }
 
+/// The tests' lock (one at a time: each holds ≈ 12 GB), a GPU with the
+/// memory, and fresh random values; `None` after a visible skip line.
+fn big_case(test: &str) -> Option<(std::sync::MutexGuard<'static, ()>, Context, SmallRng)> {
+    let serial = common::serial();
+    let ctx = big_gpu(test)?;
+    Some((serial, ctx, common::rng(test)))
+}
+
 /// A runtime-layout weight of random planes (uniform indices) and random
 /// scales between 1/32 and 1.94 (E4M4 exponents 6..=11).
 fn random_tiled(rng: &mut SmallRng, shape: Shape, cb: &Codebook) -> TiledWeight {
@@ -115,9 +123,7 @@ fn big_weight(ctx: &Context, rng: &mut SmallRng) -> (KbitWeight, TiledWeight) {
 #[test]
 fn dequantize_past_2_pow_32_elements() {
     const TEST: &str = "dequantize_past_2_pow_32_elements";
-    let _serial = common::serial();
-    let Some(ctx) = big_gpu(TEST) else { return };
-    let mut rng = common::rng(TEST);
+    let Some((_serial, ctx, mut rng)) = big_case(TEST) else { return };
     let (w, host) = big_weight(&ctx, &mut rng);
     let s = ctx.stream();
     let numel = N * K;
@@ -140,9 +146,7 @@ fn dequantize_past_2_pow_32_elements() {
 #[test]
 fn linear_past_2_pow_31_bytes_of_planes() {
     const TEST: &str = "linear_past_2_pow_31_bytes_of_planes";
-    let _serial = common::serial();
-    let Some(ctx) = big_gpu(TEST) else { return };
-    let mut rng = common::rng(TEST);
+    let Some((_serial, ctx, mut rng)) = big_case(TEST) else { return };
     let (w, host) = big_weight(&ctx, &mut rng);
     let cols = sample_columns(&mut rng, N);
     let w_cols = columns(&host, &cols);
@@ -173,9 +177,7 @@ fn linear_past_2_pow_31_bytes_of_planes() {
 #[test]
 fn expert_linear_past_2_pow_31_bytes_of_planes() {
     const TEST: &str = "expert_linear_past_2_pow_31_bytes_of_planes";
-    let _serial = common::serial();
-    let Some(ctx) = big_gpu(TEST) else { return };
-    let mut rng = common::rng(TEST);
+    let Some((_serial, ctx, mut rng)) = big_case(TEST) else { return };
     // 128 experts of [8192, 4096] at 5 bits: 2.68 GB of planes; expert 103
     // and later start past 2^31 bytes.
     let (num, shape) = (128, Shape::new(8192, 4096).unwrap());
