@@ -107,6 +107,9 @@ impl Context {
     /// `expert_offsets` (u32, `num_experts + 1`, non-decreasing from 0) stays
     /// on the device; `max_m` must be ≥ every expert's row count and sizes
     /// the launch. Returns the kernel that ran. Asynchronous, no host sync.
+    /// Offsets that break their contract (decreasing, past the rows) give
+    /// unspecified rows of `y` but never an access outside `x`, `y` or the
+    /// weights, on every path.
     ///
     /// ```no_run
     /// use half::f16;
@@ -232,7 +235,7 @@ impl Context {
         let op = dptr(expert_offsets, self);
         let (yp, _gy) = y.device_ptr_mut(s);
         let slot = (T::DTYPE == Dtype::Bf16) as usize;
-        let (n, k, ne, mm) = (shape.n as u32, shape.k as u32, e as u32, max_m as u32);
+        let (n, k, ne, mm, total) = (shape.n as u32, shape.k as u32, e as u32, max_m as u32, rows as u32);
         self.with_blas_scratch(w_bytes + x_bytes + y_bytes, |handle, base| {
             let (ws, xs, ys) = (base, base + w_bytes as u64, base + (w_bytes + x_bytes) as u64);
             // 1. Dequantize the experts that have rows (blockIdx.y = expert),
@@ -248,7 +251,16 @@ impl Context {
             let cfg = self.rows_launch(padded, shape.k);
             let g = &self.kernels.moe_rows[0];
             unsafe {
-                s.launch_builder(g).arg(&xp).arg(&op).arg(&xs).arg(&status).arg(&ne).arg(&mm).arg(&k).launch(cfg)
+                s.launch_builder(g)
+                    .arg(&xp)
+                    .arg(&op)
+                    .arg(&xs)
+                    .arg(&status)
+                    .arg(&ne)
+                    .arg(&mm)
+                    .arg(&k)
+                    .arg(&total)
+                    .launch(cfg)
             }?;
             // 3. One strided-batched GEMM over the experts, max_m rows each.
             let gemm =
@@ -258,7 +270,9 @@ impl Context {
             // 4. Scatter each expert's real rows to y.
             let cfg = self.rows_launch(padded, shape.n);
             let sc = &self.kernels.moe_rows[1];
-            unsafe { s.launch_builder(sc).arg(&ys).arg(&op).arg(&yp).arg(&ne).arg(&mm).arg(&n).launch(cfg) }?;
+            unsafe {
+                s.launch_builder(sc).arg(&ys).arg(&op).arg(&yp).arg(&ne).arg(&mm).arg(&n).arg(&total).launch(cfg)
+            }?;
             Ok(())
         })
     }

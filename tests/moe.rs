@@ -496,3 +496,38 @@ fn expert_linear_graph_replays_follow_the_routing() {
     }
     ctx.force_kernel(None).unwrap();
 }
+
+/// Offsets that break their contract (decreasing, past the rows, not from
+/// 0) give unspecified rows but no access outside `x`, `y` or the weights,
+/// on every path: no driver error at the next synchronize, a guard past
+/// `y`'s end keeps its poison, and a correct call on the same context
+/// still matches the reference.
+#[test]
+fn expert_linear_bad_offsets_stay_inside_the_arrays() {
+    const TEST: &str = "expert_linear_bad_offsets_stay_inside_the_arrays";
+    let _serial = common::serial();
+    let Some(ctx) = common::gpu(TEST) else { return };
+    let mut rng = common::rng(TEST);
+    let case = make_experts(&ctx, &mut rng, 8, 2048, 512, 4);
+    let (shape, s, total, guard) = (case.shape, ctx.stream(), 6, 4096);
+    let bad: [[u32; 9]; 3] =
+        [[0, 4, 2, 6, 1, 6, 6, 3, 6], [0, 2, 4, 1000, 1000, 70000, 4, 6, 6], [3, 3, 5, 6, 6, 6, 6, 6, 6]];
+    for (max_m, kernel) in [(4, Kernel::GroupedScalar), (8, Kernel::GroupedMma), (70, Kernel::DequantCublas)] {
+        ctx.force_kernel(Some(kernel)).unwrap();
+        for offsets in &bad {
+            let x: Vec<f16> = common::uniform(&mut rng, total * shape.k);
+            let (dx, doff) = (s.clone_htod(&x).unwrap(), s.clone_htod(offsets).unwrap());
+            let mut dy = s.clone_htod(&vec![f16::NAN; total * shape.n + guard]).unwrap();
+            let ran = ctx.expert_linear(&dx, &doff, max_m, &case.experts, &mut dy.slice_mut(0..total * shape.n));
+            assert_eq!(ran.unwrap(), kernel, "{offsets:?}");
+            match ctx.synchronize() {
+                Ok(()) | Err(Error::ExpertRows { .. }) => {}
+                Err(e) => panic!("{kernel} {offsets:?}: {e}"),
+            }
+            let tail = s.clone_dtoh(&dy.slice(total * shape.n..)).unwrap();
+            assert!(tail.iter().all(|v| v.is_nan()), "{kernel} {offsets:?}: wrote past y");
+        }
+        assert_eq!(check::<f16>(&ctx, &mut rng, &case, &[1, 0, 2, 0, 0, 1, 2, 0], max_m), kernel);
+    }
+    ctx.force_kernel(None).unwrap();
+}

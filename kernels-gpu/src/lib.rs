@@ -362,7 +362,8 @@ grouped_dequant_entries! {
     kbit_grouped_dequant_k4_bf16: 4, Bf16; kbit_grouped_dequant_k5_bf16: 5, Bf16;
 }
 
-/// `xp[E, max_m, C] ← x[total_rows, C]` by expert offsets (16-bit elements).
+/// `xp[E, max_m, C] ← x[total_rows, C]` by expert offsets (16-bit elements;
+/// rows cut to `0 .. total_rows`).
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn kbit_moe_gather_b16(
     x: *const u16,
@@ -372,11 +373,13 @@ pub unsafe extern "ptx-kernel" fn kbit_moe_gather_b16(
     experts: u32,
     max_m: u32,
     cols: u32,
+    total_rows: u32,
 ) {
-    unsafe { moe_rows::gather(x, offsets, xp, status, experts, max_m, cols) }
+    unsafe { moe_rows::gather(x, offsets, xp, status, experts, max_m, cols, total_rows) }
 }
 
-/// `y[total_rows, C] ← yp[E, max_m, C]` by expert offsets (16-bit elements).
+/// `y[total_rows, C] ← yp[E, max_m, C]` by expert offsets (16-bit elements;
+/// rows cut to `0 .. total_rows`).
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn kbit_moe_scatter_b16(
     yp: *const u16,
@@ -385,8 +388,9 @@ pub unsafe extern "ptx-kernel" fn kbit_moe_scatter_b16(
     experts: u32,
     max_m: u32,
     cols: u32,
+    total_rows: u32,
 ) {
-    unsafe { moe_rows::scatter(yp, offsets, y, experts, max_m, cols) }
+    unsafe { moe_rows::scatter(yp, offsets, y, experts, max_m, cols, total_rows) }
 }
 
 macro_rules! wgmma_entries {

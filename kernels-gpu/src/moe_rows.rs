@@ -73,17 +73,22 @@ struct PaddedRow {
 }
 
 /// Runs `f` on this block's padded rows `bid, bid + grid, … < E·max_m`.
+/// An expert's rows are `offsets[e] .. offsets[e + 1]` cut to
+/// `0 .. total_rows` (empty where they decrease), so offsets that break
+/// their contract change which rows move but never reach past the
+/// concatenated arrays, as in the grouped kernels (`gemv::grouped_unit`).
 ///
 /// # Safety
 /// `offsets` holds `E + 1` values and `E·max_m` fits in u32.
 #[inline(always)]
-unsafe fn each_row(offsets: *const u32, experts: u32, max_m: u32, mut f: impl FnMut(PaddedRow)) {
+unsafe fn each_row(offsets: *const u32, experts: u32, max_m: u32, total_rows: u32, mut f: impl FnMut(PaddedRow)) {
     let Some(max_m_nz) = NonZeroU32::new(max_m) else { return };
     let mut p = ptx::bid();
     while p < experts * max_m {
         let (e, r) = (p / max_m_nz, p % max_m_nz);
-        let start = unsafe { *offsets.add(e as usize) };
-        let rows = unsafe { *offsets.add(e as usize + 1) } - start;
+        let end = unsafe { *offsets.add(e as usize + 1) }.min(total_rows);
+        let start = unsafe { *offsets.add(e as usize) }.min(end);
+        let rows = end - start;
         f(PaddedRow { p, e, r, start, rows });
         p += ptx::grid_dim();
     }
@@ -94,9 +99,11 @@ unsafe fn each_row(offsets: *const u32, experts: u32, max_m: u32, mut f: impl Fn
 /// records itself in `status` (its extra rows are not computed).
 ///
 /// # Safety
-/// `offsets` holds `E + 1` non-decreasing values ≤ rows of `x`; `xp` holds
-/// `E·max_m·cols` elements and `E·max_m` fits in u32.
+/// `offsets` holds `E + 1` values (rows outside `0 .. total_rows` are never
+/// read: [`each_row`]); `x` holds `total_rows·cols` elements, `xp`
+/// `E·max_m·cols`, and `E·max_m` fits in u32.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn gather(
     x: *const u16,
     offsets: *const u32,
@@ -105,10 +112,11 @@ pub unsafe fn gather(
     experts: u32,
     max_m: u32,
     cols: u32,
+    total_rows: u32,
 ) {
     let vec = vectorizable(x, xp, cols);
     unsafe {
-        each_row(offsets, experts, max_m, |row| {
+        each_row(offsets, experts, max_m, total_rows, |row| {
             let src = (row.r < row.rows).then(|| x.add((row.start + row.r) as usize * cols as usize));
             copy_row(src, xp.add(row.p as usize * cols as usize), cols, vec);
             if row.r == 0 && row.rows > max_m && ptx::tid() == 0 {
@@ -122,12 +130,21 @@ pub unsafe fn gather(
 /// expert owns only.
 ///
 /// # Safety
-/// As [`gather`], with `yp` and `y` in the roles of `xp` and `x`.
+/// As [`gather`], with `yp` and `y` in the roles of `xp` and `x` (rows
+/// outside `0 .. total_rows` are never written).
 #[inline(always)]
-pub unsafe fn scatter(yp: *const u16, offsets: *const u32, y: *mut u16, experts: u32, max_m: u32, cols: u32) {
+pub unsafe fn scatter(
+    yp: *const u16,
+    offsets: *const u32,
+    y: *mut u16,
+    experts: u32,
+    max_m: u32,
+    cols: u32,
+    total_rows: u32,
+) {
     let vec = vectorizable(yp, y, cols);
     unsafe {
-        each_row(offsets, experts, max_m, |row| {
+        each_row(offsets, experts, max_m, total_rows, |row| {
             if row.r < row.rows {
                 let dst = y.add((row.start + row.r) as usize * cols as usize);
                 copy_row(Some(yp.add(row.p as usize * cols as usize)), dst, cols, vec);
